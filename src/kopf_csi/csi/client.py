@@ -1,0 +1,400 @@
+"""An async client for one CSI driver at a unix socket: the operator's only way to the driver.
+
+What belongs here: the channel, the per-call timeout, turning every failure into a `CSIError`,
+logging each call once with secrets stripped, and caching what the driver says about itself.
+What does not: deciding what an error means for an operation (final, in progress, reschedule).
+That depends on the operation (RESOURCE_EXHAUSTED reschedules a CreateVolume but is retried for
+ControllerPublishVolume), so those tables live with the operations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import betterproto2
+import structlog
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+
+from kopf_csi.csi import messages as csi
+from kopf_csi.csi.codes import Code
+from kopf_csi.csi.errors import CSIError, CSITimeoutError, DriverNotReadyError
+from kopf_csi.csi.redaction import redact, scrub, secret_values
+
+__all__ = ["CSIClient", "CallObserver", "DriverInfo", "parse_address"]
+
+logger = structlog.get_logger("kopf_csi.csi")
+
+Response = TypeVar("Response", bound=betterproto2.Message)
+CallObserver = Callable[[str, Code, float], None]
+"""Called after every call with the method, its code and its duration in seconds (metrics)."""
+
+# Failures below gRPC: the socket is missing, refused, or the connection died mid-call.
+# grpclib's Channel reconnects on the next call, so one immediate retry is enough.
+CONNECTION_ERRORS = (ConnectionError, FileNotFoundError, StreamTerminatedError, ProtocolError)
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverInfo:
+    """What the driver says about itself; read once, cached (as the Go sidecars do)."""
+
+    name: str
+    vendor_version: str
+    manifest: dict[str, str]
+    plugin_capabilities: frozenset[str]
+    """PluginCapability.Service types: CONTROLLER_SERVICE, VOLUME_ACCESSIBILITY_CONSTRAINTS, ..."""
+    volume_expansion: frozenset[str]
+    """PluginCapability.VolumeExpansion types: ONLINE and/or OFFLINE."""
+    controller_capabilities: frozenset[str]
+    """ControllerServiceCapability.RPC types: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME, ..."""
+
+    def has_controller(self, capability: str) -> bool:
+        return capability in self.controller_capabilities
+
+    def has_plugin(self, capability: str) -> bool:
+        return capability in self.plugin_capabilities
+
+
+def parse_address(address: str) -> str:
+    """`unix:///run/csi/socket`, `unix:/x` or a bare path → the socket path (as csi-lib-utils)."""
+    if address.startswith("unix://"):
+        return address[len("unix://") :]
+    if address.startswith("unix:"):
+        return address[len("unix:") :]
+    if "://" in address:
+        raise ValueError(f"only unix sockets are supported, not {address!r}")
+    return address
+
+
+class CSIClient:
+    """One driver, one channel. Create it inside the running event loop."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout: float = 10.0,
+        observers: Iterable[CallObserver] = (),
+    ) -> None:
+        self.path = parse_address(address)
+        self.timeout = timeout
+        self.observers = list(observers)
+        self._channel = Channel(path=self.path)
+        self._identity = csi.IdentityStub(self._channel)
+        self._controller = csi.ControllerStub(self._channel)
+        self._node = csi.NodeStub(self._channel)
+        self._info: DriverInfo | None = None
+        self._node_capabilities: frozenset[str] | None = None
+
+    def __repr__(self) -> str:
+        return f"CSIClient(path={self.path!r}, timeout={self.timeout})"
+
+    async def close(self) -> None:
+        self._channel.close()
+
+    async def __aenter__(self) -> CSIClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    async def wait_ready(
+        self,
+        *,
+        wait: float = 30.0,
+        interval: float = 1.0,
+        log_every: float = 10.0,
+    ) -> None:
+        """Probe until the driver is ready, for at most `wait` seconds (csi-lib-utils: 30 s).
+
+        A missing socket, a refused connection, DEADLINE_EXCEEDED, UNAVAILABLE and `ready=false`
+        mean "not yet". Any other answer is the driver telling us something final: raise it.
+        """
+        started = time.monotonic()
+        last_log: float | None = None
+        while True:
+            try:
+                response = await self.probe(timeout=min(self.timeout, max(interval, 1.0)))
+            except CSIError as exc:
+                if exc.code not in {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED}:
+                    raise
+                reason = exc.code.name
+            else:
+                # A missing `ready` counts as ready (CSI spec; csi-lib-utils ProbeForever).
+                if response.ready is None or response.ready:
+                    return
+                reason = "NOT_READY"
+            now = time.monotonic()
+            if now - started >= wait:
+                raise DriverNotReadyError(
+                    f"the CSI driver at {self.path} was not ready within {wait:g}s ({reason})",
+                    method="/csi.v1.Identity/Probe",
+                    code=Code.UNAVAILABLE,
+                )
+            if last_log is None or now - last_log >= log_every:
+                logger.info("waiting_for_driver", path=self.path, reason=reason, waited=now - started)
+                last_log = now
+            await asyncio.sleep(interval)
+
+    async def driver_info(self, *, refresh: bool = False) -> DriverInfo:
+        """GetPluginInfo, GetPluginCapabilities and ControllerGetCapabilities, cached."""
+        if self._info is None or refresh:
+            info = await self.get_plugin_info()
+            plugin = await self.get_plugin_capabilities()
+            services: set[str] = set()
+            expansion: set[str] = set()
+            for cap in plugin.capabilities:
+                if cap.service is not None:
+                    services.add(cap.service.type.name)
+                if cap.volume_expansion is not None:
+                    expansion.add(cap.volume_expansion.type.name)
+            controller: set[str] = set()
+            if "CONTROLLER_SERVICE" in services:
+                answer = await self.controller_get_capabilities()
+                controller = {c.rpc.type.name for c in answer.capabilities if c.rpc is not None}
+            self._info = DriverInfo(
+                name=info.name,
+                vendor_version=info.vendor_version,
+                manifest=dict(info.manifest),
+                plugin_capabilities=frozenset(services),
+                volume_expansion=frozenset(expansion),
+                controller_capabilities=frozenset(controller),
+            )
+        return self._info
+
+    async def node_capabilities(self, *, refresh: bool = False) -> frozenset[str]:
+        """NodeGetCapabilities, cached: the resizer needs it to choose the trivial resizer."""
+        if self._node_capabilities is None or refresh:
+            answer = await self.node_get_capabilities()
+            self._node_capabilities = frozenset(
+                c.rpc.type.name for c in answer.capabilities if c.rpc is not None
+            )
+        return self._node_capabilities
+
+    # -- Identity ---------------------------------------------------------------------------------
+
+    async def probe(self, *, timeout: float | None = None) -> csi.ProbeResponse:
+        return await self._call(
+            "Identity", "Probe", self._identity.probe, csi.ProbeRequest(), timeout
+        )
+
+    async def get_plugin_info(self) -> csi.GetPluginInfoResponse:
+        return await self._call(
+            "Identity", "GetPluginInfo", self._identity.get_plugin_info,
+            csi.GetPluginInfoRequest(), None,
+        )  # fmt: skip
+
+    async def get_plugin_capabilities(self) -> csi.GetPluginCapabilitiesResponse:
+        return await self._call(
+            "Identity", "GetPluginCapabilities", self._identity.get_plugin_capabilities,
+            csi.GetPluginCapabilitiesRequest(), None,
+        )  # fmt: skip
+
+    # -- Controller -------------------------------------------------------------------------------
+
+    async def controller_get_capabilities(self) -> csi.ControllerGetCapabilitiesResponse:
+        return await self._call(
+            "Controller", "ControllerGetCapabilities", self._controller.controller_get_capabilities,
+            csi.ControllerGetCapabilitiesRequest(), None,
+        )  # fmt: skip
+
+    async def create_volume(
+        self, request: csi.CreateVolumeRequest, *, timeout: float | None = None
+    ) -> csi.CreateVolumeResponse:
+        return await self._call(
+            "Controller", "CreateVolume", self._controller.create_volume, request, timeout
+        )
+
+    async def delete_volume(
+        self, request: csi.DeleteVolumeRequest, *, timeout: float | None = None
+    ) -> csi.DeleteVolumeResponse:
+        return await self._call(
+            "Controller", "DeleteVolume", self._controller.delete_volume, request, timeout
+        )
+
+    async def controller_publish_volume(
+        self, request: csi.ControllerPublishVolumeRequest, *, timeout: float | None = None
+    ) -> csi.ControllerPublishVolumeResponse:
+        return await self._call(
+            "Controller", "ControllerPublishVolume",
+            self._controller.controller_publish_volume, request, timeout,
+        )  # fmt: skip
+
+    async def controller_unpublish_volume(
+        self, request: csi.ControllerUnpublishVolumeRequest, *, timeout: float | None = None
+    ) -> csi.ControllerUnpublishVolumeResponse:
+        return await self._call(
+            "Controller", "ControllerUnpublishVolume",
+            self._controller.controller_unpublish_volume, request, timeout,
+        )  # fmt: skip
+
+    async def list_volumes(
+        self, request: csi.ListVolumesRequest, *, timeout: float | None = None
+    ) -> csi.ListVolumesResponse:
+        return await self._call(
+            "Controller", "ListVolumes", self._controller.list_volumes, request, timeout
+        )
+
+    async def iter_volumes(
+        self, *, max_entries: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[csi.ListVolumesResponseEntry]:
+        """All volumes, page by page (the attacher's reconciler pages by `--max-entries`)."""
+        token = ""
+        while True:
+            page = await self.list_volumes(
+                csi.ListVolumesRequest(max_entries=max_entries, starting_token=token),
+                timeout=timeout,
+            )
+            for entry in page.entries:
+                yield entry
+            token = page.next_token
+            if not token:
+                return
+
+    async def get_capacity(
+        self, request: csi.GetCapacityRequest, *, timeout: float | None = None
+    ) -> csi.GetCapacityResponse:
+        return await self._call(
+            "Controller", "GetCapacity", self._controller.get_capacity, request, timeout
+        )
+
+    async def controller_expand_volume(
+        self, request: csi.ControllerExpandVolumeRequest, *, timeout: float | None = None
+    ) -> csi.ControllerExpandVolumeResponse:
+        return await self._call(
+            "Controller", "ControllerExpandVolume",
+            self._controller.controller_expand_volume, request, timeout,
+        )  # fmt: skip
+
+    async def controller_modify_volume(
+        self, request: csi.ControllerModifyVolumeRequest, *, timeout: float | None = None
+    ) -> csi.ControllerModifyVolumeResponse:
+        return await self._call(
+            "Controller", "ControllerModifyVolume",
+            self._controller.controller_modify_volume, request, timeout,
+        )  # fmt: skip
+
+    async def controller_get_volume(
+        self, request: csi.ControllerGetVolumeRequest, *, timeout: float | None = None
+    ) -> csi.ControllerGetVolumeResponse:
+        return await self._call(
+            "Controller", "ControllerGetVolume",
+            self._controller.controller_get_volume, request, timeout,
+        )  # fmt: skip
+
+    async def create_snapshot(
+        self, request: csi.CreateSnapshotRequest, *, timeout: float | None = None
+    ) -> csi.CreateSnapshotResponse:
+        return await self._call(
+            "Controller", "CreateSnapshot", self._controller.create_snapshot, request, timeout
+        )
+
+    async def delete_snapshot(
+        self, request: csi.DeleteSnapshotRequest, *, timeout: float | None = None
+    ) -> csi.DeleteSnapshotResponse:
+        return await self._call(
+            "Controller", "DeleteSnapshot", self._controller.delete_snapshot, request, timeout
+        )
+
+    async def list_snapshots(
+        self, request: csi.ListSnapshotsRequest, *, timeout: float | None = None
+    ) -> csi.ListSnapshotsResponse:
+        return await self._call(
+            "Controller", "ListSnapshots", self._controller.list_snapshots, request, timeout
+        )
+
+    async def get_snapshot(
+        self, request: csi.GetSnapshotRequest, *, timeout: float | None = None
+    ) -> csi.GetSnapshotResponse:
+        return await self._call(
+            "Controller", "GetSnapshot", self._controller.get_snapshot, request, timeout
+        )
+
+    # -- Node (capabilities only: this is a controller-side client) --------------------------------
+
+    async def node_get_capabilities(self) -> csi.NodeGetCapabilitiesResponse:
+        return await self._call(
+            "Node", "NodeGetCapabilities", self._node.node_get_capabilities,
+            csi.NodeGetCapabilitiesRequest(), None,
+        )  # fmt: skip
+
+    # -- the one path every call takes ----------------------------------------------------------
+
+    async def _call(
+        self,
+        service: str,
+        rpc: str,
+        send: Callable[..., Awaitable[Response]],
+        request: betterproto2.Message,
+        timeout: float | None,
+    ) -> Response:
+        method = f"/csi.v1.{service}/{rpc}"
+        budget = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        log = logger.bind(method=method)
+        log.debug("csi_request", request=redact(request), timeout=budget)
+        started = time.monotonic()
+        code = Code.UNKNOWN
+        try:
+            for attempt in (1, 2):
+                remaining = deadline - time.monotonic()
+                try:
+                    with _translated(method, budget, request):
+                        response = await send(request, timeout=max(remaining, 0.001))
+                except CSIError as exc:
+                    # The channel reconnects on the next call after a lost connection;
+                    # every CSI call is idempotent, so retrying at once is safe.
+                    retry = attempt == 1 and exc.__cause__ is not None and isinstance(
+                        exc.__cause__, CONNECTION_ERRORS
+                    )
+                    if retry and deadline - time.monotonic() > 0.01:
+                        log.debug("csi_reconnect", error=str(exc))
+                        continue
+                    code = exc.code
+                    log.debug("csi_error", code=exc.code.name, message=exc.message)
+                    raise
+                code = Code.OK
+                log.debug("csi_response", response=redact(response))
+                return response
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            elapsed = time.monotonic() - started
+            for observe in self.observers:
+                observe(method, code, elapsed)
+
+
+@contextlib.contextmanager
+def _translated(method: str, timeout: float, request: betterproto2.Message) -> Any:
+    """The boundary where grpclib's and the OS's errors become `CSIError` (httpx-style)."""
+    secrets = secret_values(request)
+    try:
+        yield
+    except GRPCError as exc:
+        code = _code(exc.status)
+        text = scrub(exc.message or code.name, secrets)
+        if code is Code.DEADLINE_EXCEEDED:
+            raise CSITimeoutError(f"timed out after {timeout:g}s: {text}", method=method) from exc
+        raise CSIError(text, method=method, code=code) from exc
+    except (asyncio.TimeoutError, TimeoutError) as exc:
+        raise CSITimeoutError(f"timed out after {timeout:g}s", method=method) from exc
+    except CONNECTION_ERRORS as exc:
+        text = scrub(f"connection to the driver failed: {type(exc).__name__}: {exc}", secrets)
+        raise CSIError(text, method=method, code=Code.UNAVAILABLE) from exc
+    except OSError as exc:
+        text = scrub(f"socket error: {type(exc).__name__}: {exc}", secrets)
+        raise CSIError(text, method=method, code=Code.UNAVAILABLE) from exc
+
+
+def _code(status: Status) -> Code:
+    try:
+        return Code(status.value)
+    except ValueError:
+        return Code.UNKNOWN

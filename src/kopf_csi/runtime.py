@@ -1,0 +1,48 @@
+"""The kopf glue: our settings and outcomes in kopf's terms. The only library module importing kopf.
+
+Handler modules call these helpers so that they stay thin and so that the names kopf writes
+onto core objects (annotations, finalizers) are ours and stable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import kopf
+
+from kopf_csi import kube
+from kopf_csi.settings import Settings
+
+__all__ = ["ANNOTATIONS_PREFIX", "configure_kopf", "connection_info", "settings_from_memo"]
+
+ANNOTATIONS_PREFIX = "kopf-csi.kopf.dev"
+"""Where kopf keeps its progress on our objects: `kopf-csi.kopf.dev/<handler id>`."""
+
+
+def configure_kopf(settings: kopf.OperatorSettings) -> None:
+    """Use our own annotation names (never kopf's defaults) on the core objects we touch."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATIONS_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{ANNOTATIONS_PREFIX}/finalizer"
+    settings.posting.level = 20  # INFO: Normal events too, not only warnings
+
+
+def settings_from_memo(memo: Any) -> Settings:
+    """The settings an entry point put into the memo, or the environment's under `kopf run`."""
+    settings = getattr(memo, "settings", None)
+    if isinstance(settings, Settings):
+        return settings
+    settings = Settings.from_env()
+    memo.settings = settings
+    return settings
+
+
+async def connection_info(settings: Settings) -> kopf.ConnectionInfo:
+    """Log in once with kubernetes-asyncio and give kopf the same credentials."""
+    creds = await kube.login(settings.kube.kubeconfig)
+    return kopf.ConnectionInfo(**dataclasses.asdict(creds))

@@ -1,0 +1,71 @@
+"""The operator's settings: frozen, grouped, each field documented where it is declared.
+
+Names follow the Go sidecars' flags (`--csi-address` → `csi.address`, `--timeout` →
+`csi.timeout`). Settings are parsed once, by an entry point, and handed to the handlers through
+kopf's memo; nothing else reads the environment. `from_env()` is the fallback used when the
+handler modules run under a bare `kopf run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from collections.abc import Mapping
+
+__all__ = ["CSISettings", "KubeSettings", "Settings", "SettingsError"]
+
+
+class SettingsError(ValueError):
+    """A setting has a value we cannot use; the message names the setting and the value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CSISettings:
+    address: str = "/run/csi/socket"
+    """The driver's socket: `--csi-address` (a bare path or `unix://...`)."""
+
+    timeout: float = 10.0
+    """Seconds allowed for each CSI call: `--timeout` (external-provisioner's code default)."""
+
+    connect_timeout: float = 30.0
+    """Seconds to wait at start-up for the driver to answer Probe with ready (csi-lib-utils)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeSettings:
+    kubeconfig: pathlib.Path | None = None
+    """`--kubeconfig`; empty means in-cluster, then the usual kubeconfig locations."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    csi: CSISettings = dataclasses.field(default_factory=CSISettings)
+    kube: KubeSettings = dataclasses.field(default_factory=KubeSettings)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read `CSI_ADDRESS`, `CSI_TIMEOUT`, `CSI_CONNECT_TIMEOUT` and `KUBECONFIG`."""
+        env = os.environ if env is None else env
+        csi = CSISettings(
+            address=env.get("CSI_ADDRESS") or CSISettings.address,
+            timeout=_seconds(env, "CSI_TIMEOUT", CSISettings.timeout),
+            connect_timeout=_seconds(env, "CSI_CONNECT_TIMEOUT", CSISettings.connect_timeout),
+        )
+        kubeconfig = env.get("KUBECONFIG")
+        kube = KubeSettings(kubeconfig=pathlib.Path(kubeconfig) if kubeconfig else None)
+        return cls(csi=csi, kube=kube)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    text = raw.strip().removesuffix("s")
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a duration in seconds (e.g. 10 or 10s)") from None
+    if value <= 0:
+        raise SettingsError(f"{name}={raw!r} must be more than zero")
+    return value

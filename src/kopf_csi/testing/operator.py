@@ -1,0 +1,114 @@
+"""Run kopf with our handler modules in a thread of its own: for tests, the sandbox, benchmarks.
+
+kopf cancels every task created while it runs, so it cannot share the caller's event loop;
+it gets a thread and a loop of its own (stack-notes). Each run gets a fresh registry, so the
+handler modules are (re)imported into it and runs do not leak handlers into each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import sys
+import threading
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import kopf
+
+from kopf_csi.settings import Settings
+
+__all__ = ["DEFAULT_MODULES", "OperatorThread", "running_operator"]
+
+DEFAULT_MODULES = ("handlers.lifecycle",)
+
+
+class OperatorThread:
+    """kopf.operator() in a daemon thread; `start()` waits until it is ready."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        modules: Sequence[str] = DEFAULT_MODULES,
+        liveness_endpoint: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.modules = tuple(modules)
+        self.liveness_endpoint = liveness_endpoint
+        self.registry = kopf.OperatorRegistry()
+        self.memo = kopf.Memo(settings=settings)
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def _load(self) -> None:
+        previous = kopf.get_default_registry()
+        kopf.set_default_registry(self.registry)
+        try:
+            for name in self.modules:
+                if name in sys.modules:
+                    importlib.reload(sys.modules[name])
+                else:
+                    importlib.import_module(name)
+        finally:
+            kopf.set_default_registry(previous)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(
+                kopf.operator(
+                    registry=self.registry,
+                    memo=self.memo,
+                    clusterwide=True,
+                    standalone=True,
+                    ready_flag=self._ready,
+                    stop_flag=self._stop,
+                    liveness_endpoint=self.liveness_endpoint,
+                )
+            )
+        except BaseException as exc:  # reported to the test through .error
+            self.error = exc
+        finally:
+            self._ready.set()  # never leave start() waiting on a crashed operator
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def start(self, *, timeout: float = 30.0) -> None:
+        """Start the thread and wait for kopf's readiness without blocking the caller's loop.
+
+        The emulated API and the driver usually run in the caller's loop: blocking it here
+        would deadlock kopf's start-up against them.
+        """
+        self._load()
+        self._thread = threading.Thread(target=self._run, name="kopf-operator", daemon=True)
+        self._thread.start()
+        if not await asyncio.to_thread(self._ready.wait, timeout):
+            raise TimeoutError(f"the operator was not ready within {timeout}s")
+        if self.error is not None:
+            raise RuntimeError(f"the operator failed to start: {self.error!r}") from self.error
+
+    async def stop(self, *, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, timeout)
+            if self._thread.is_alive():
+                raise TimeoutError(f"the operator did not stop within {timeout}s")
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
+@contextlib.asynccontextmanager
+async def running_operator(**kwargs: Any) -> AsyncIterator[OperatorThread]:
+    operator = OperatorThread(**kwargs)
+    await operator.start()
+    try:
+        yield operator
+    finally:
+        await operator.stop()
