@@ -9,9 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
+import structlog
 
 from kopf_csi import runtime
 from kopf_csi.csi import CSIClient
+
+log = structlog.get_logger("kopf_csi.lifecycle")
 
 
 @kopf.on.login(id="lifecycle.login")
@@ -20,16 +23,19 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 
 
 @kopf.on.startup(id="lifecycle.connect")
-async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = runtime.settings_from_memo(memo)
     runtime.configure_kopf(settings)
     client = CSIClient(config.csi.address, timeout=config.csi.timeout)
     await client.wait_ready(wait=config.csi.connect_timeout)
     memo.csi = client
     memo.driver = info = await client.driver_info()
-    logger.info(
-        f"Connected to CSI driver {info.name} {info.vendor_version}; "
-        f"controller capabilities: {', '.join(sorted(info.controller_capabilities)) or 'none'}"
+    log.info(
+        "driver_connected",
+        driver=info.name,
+        version=info.vendor_version,
+        plugin_capabilities=sorted(info.plugin_capabilities),
+        controller_capabilities=sorted(info.controller_capabilities),
     )
 
 

@@ -32,7 +32,9 @@ def generate(protos: pathlib.Path, out: pathlib.Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [
-                sys.executable, "-m", "grpc_tools.protoc",
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
                 f"-I{protos}",
                 f"--plugin=protoc-gen-python_betterproto2={plugin}",
                 f"--python_betterproto2_out={tmp}",

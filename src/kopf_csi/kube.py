@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import pathlib
+from typing import Any
 
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
@@ -45,18 +46,19 @@ async def login(kubeconfig: pathlib.Path | None) -> Credentials:
             await kubernetes_asyncio.config.load_kube_config(config_file=str(kubeconfig))
         else:
             try:
-                kubernetes_asyncio.config.load_incluster_config()
+                kubernetes_asyncio.config.load_incluster_config()  # type: ignore[no-untyped-call]
             except kubernetes_asyncio.config.ConfigException:
                 await kubernetes_asyncio.config.load_kube_config()
     except (kubernetes_asyncio.config.ConfigException, OSError) as exc:
         where = str(kubeconfig) if kubeconfig else "in-cluster or ~/.kube/config"
         raise LoginError(f"cannot log in to Kubernetes ({where}): {exc}") from exc
     config = kubernetes_asyncio.client.Configuration.get_default_copy()
-    header = config.get_api_key_with_prefix("BearerToken")
-    if inspect.isawaitable(header):
-        header = await header
+    maybe_header: Any = config.get_api_key_with_prefix("BearerToken")
+    header: str | None = await maybe_header if inspect.isawaitable(maybe_header) else maybe_header
     parts = header.split(" ", 1) if header else []
     scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0] if parts else None)
+    if not config.host:
+        raise LoginError("the Kubernetes configuration names no API server")
     return Credentials(
         server=config.host,
         insecure=not config.verify_ssl,

@@ -65,7 +65,7 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a duration in seconds (e.g. 10 or 10s)") from None
+        raise SettingsError(f"{name}={raw!r} is not a duration in seconds (10 or 10s)") from None
     if value <= 0:
         raise SettingsError(f"{name}={raw!r} must be more than zero")
     return value

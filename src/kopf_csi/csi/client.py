@@ -140,7 +140,8 @@ class CSIClient:
                     code=Code.UNAVAILABLE,
                 )
             if last_log is None or now - last_log >= log_every:
-                logger.info("waiting_for_driver", path=self.path, reason=reason, waited=now - started)
+                waited = round(now - started, 3)
+                logger.info("waiting_for_driver", path=self.path, reason=reason, waited=waited)
                 last_log = now
             await asyncio.sleep(interval)
 
@@ -352,8 +353,10 @@ class CSIClient:
                 except CSIError as exc:
                     # The channel reconnects on the next call after a lost connection;
                     # every CSI call is idempotent, so retrying at once is safe.
-                    retry = attempt == 1 and exc.__cause__ is not None and isinstance(
-                        exc.__cause__, CONNECTION_ERRORS
+                    retry = (
+                        attempt == 1
+                        and exc.__cause__ is not None
+                        and isinstance(exc.__cause__, CONNECTION_ERRORS)
                     )
                     if retry and deadline - time.monotonic() > 0.01:
                         log.debug("csi_reconnect", error=str(exc))
@@ -383,7 +386,7 @@ def _translated(method: str, timeout: float, request: betterproto2.Message) -> A
         if code is Code.DEADLINE_EXCEEDED:
             raise CSITimeoutError(f"timed out after {timeout:g}s: {text}", method=method) from exc
         raise CSIError(text, method=method, code=code) from exc
-    except (asyncio.TimeoutError, TimeoutError) as exc:
+    except TimeoutError as exc:
         raise CSITimeoutError(f"timed out after {timeout:g}s", method=method) from exc
     except CONNECTION_ERRORS as exc:
         text = scrub(f"connection to the driver failed: {type(exc).__name__}: {exc}", secrets)

@@ -30,7 +30,8 @@ class CSIError(Exception):
         return f"{self.method}: {self.code.name}: {self.message}"
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.message!r}, method={self.method!r}, code={self.code.name})"
+        name = type(self).__name__
+        return f"{name}({self.message!r}, method={self.method!r}, code={self.code.name})"
 
 
 class CSITimeoutError(CSIError):

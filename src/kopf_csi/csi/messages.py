@@ -7,9 +7,9 @@ also makes every message's repr strip its `secrets`.
 
 from __future__ import annotations
 
+from kopf_csi.csi._generated.csi import v1 as _v1
 from kopf_csi.csi._generated.csi.v1 import *  # noqa: F403
 from kopf_csi.csi._generated.csi.v1 import __all__ as _generated_all
-from kopf_csi.csi._generated.csi import v1 as _v1
 from kopf_csi.csi.redaction import install_redacted_reprs
 
 __all__ = list(_generated_all)

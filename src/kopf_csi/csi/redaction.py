@@ -21,7 +21,8 @@ SECRET_FIELDS = frozenset({"secrets"})
 def redact(message: betterproto2.Message) -> dict[str, Any]:
     """The message as a plain dict (proto field names), every `secrets` map stripped."""
     raw = message.to_dict(casing=betterproto2.Casing.SNAKE)
-    return _strip(raw)
+    stripped: dict[str, Any] = _strip(raw)
+    return stripped
 
 
 def _strip(value: Any) -> Any:
@@ -61,5 +62,5 @@ def install_redacted_reprs(classes: Iterable[type]) -> None:
     """Make `repr()`/`str()` of the generated messages print stripped secrets."""
     for cls in classes:
         if isinstance(cls, type) and issubclass(cls, betterproto2.Message):
-            cls.__repr__ = _redacted_repr  # type: ignore[method-assign]
-            cls.__str__ = _redacted_repr  # type: ignore[method-assign]
+            for dunder in ("__repr__", "__str__"):
+                setattr(cls, dunder, _redacted_repr)

@@ -33,10 +33,14 @@ class OperatorThread:
         settings: Settings,
         modules: Sequence[str] = DEFAULT_MODULES,
         liveness_endpoint: str | None = None,
+        start_timeout: float = 30.0,
+        stop_timeout: float = 30.0,
     ) -> None:
         self.settings = settings
         self.modules = tuple(modules)
         self.liveness_endpoint = liveness_endpoint
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
         self.registry = kopf.OperatorRegistry()
         self.memo = kopf.Memo(settings=settings)
         self._ready = threading.Event()
@@ -78,7 +82,7 @@ class OperatorThread:
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
-    async def start(self, *, timeout: float = 30.0) -> None:
+    async def start(self) -> None:
         """Start the thread and wait for kopf's readiness without blocking the caller's loop.
 
         The emulated API and the driver usually run in the caller's loop: blocking it here
@@ -87,17 +91,17 @@ class OperatorThread:
         self._load()
         self._thread = threading.Thread(target=self._run, name="kopf-operator", daemon=True)
         self._thread.start()
-        if not await asyncio.to_thread(self._ready.wait, timeout):
-            raise TimeoutError(f"the operator was not ready within {timeout}s")
+        if not await asyncio.to_thread(self._ready.wait, self.start_timeout):
+            raise TimeoutError(f"the operator was not ready within {self.start_timeout}s")
         if self.error is not None:
             raise RuntimeError(f"the operator failed to start: {self.error!r}") from self.error
 
-    async def stop(self, *, timeout: float = 30.0) -> None:
+    async def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, timeout)
+            await asyncio.to_thread(self._thread.join, self.stop_timeout)
             if self._thread.is_alive():
-                raise TimeoutError(f"the operator did not stop within {timeout}s")
+                raise TimeoutError(f"the operator did not stop within {self.stop_timeout}s")
 
     @property
     def alive(self) -> bool:

@@ -1,0 +1,10 @@
+"""Test and sandbox scaffolding: nothing here is part of the operator.
+
+- ``emulator``: an emulated Kubernetes API server over real HTTP (``EmulatedCluster``).
+- ``kcm``: a stand-in for the kube-controller-manager controllers around the CSI sidecars.
+- ``apimachinery``: the patch, selector and Status-error algorithms the emulator uses.
+- ``operator``: kopf in a thread of its own, for tests and the sandbox.
+
+Import the submodules directly; this package imports nothing, so that importing the
+operator never pulls in kmock or aiohttp servers.
+"""

@@ -1,0 +1,518 @@
+"""A stand-in for what kube-controller-manager (and a sliver of the scheduler) do around us.
+
+Scaffolding for tests and the sandbox, not part of the operator: an operator that replaces the
+CSI sidecars only works if something sets the provisioner annotations, binds claims to the
+volumes it creates, releases volumes, and creates/deletes VolumeAttachments. In a real cluster
+that is KCM; on an ``EmulatedCluster`` it is this module.
+
+What it mirrors, from kubernetes/kubernetes (read, not copied; see sidecars.md §1.1, §1.2):
+
+- PV controller (pkg/controller/volume/persistentvolume/pv_controller.go): ``syncClaim``
+  dispatches on the ``bind-completed`` annotation; ``syncUnboundClaim`` binds a pre-bound
+  volume, assigns the default class, waits for ``selected-node`` on WaitForFirstConsumer
+  classes (events ``WaitForFirstConsumer``/``WaitForPodScheduled``), else sets both
+  storage-provisioner annotations and emits ``ExternalProvisioning``; ``bind`` writes the PV
+  claimRef, PV phase, claim volumeName and annotations, claim status, in that order;
+  ``syncBoundClaim`` marks claims ``Lost``; ``syncVolume`` sets Available/Bound/Released.
+- Attach/detach controller with the CSI plugin (pkg/volume/csi/csi_attacher.go
+  ``getAttachmentName``, csi_plugin.go ``skipAttach``): one VolumeAttachment per (CSI volume,
+  node) in use by a scheduled pod unless the CSIDriver says ``attachRequired: false``
+  (a missing CSIDriver means attach is required); deleted once no pod needs it.
+- Scheduler (volume binding): a pod with ``spec.nodeName`` and an unbound WaitForFirstConsumer
+  claim gets ``volume.kubernetes.io/selected-node`` set on the claim.
+
+Left out: static binding of claim-less PVs to claims by class/size/modes, in-tree
+provisioning/deletion/recycling, CSI migration, the pvc-protection and pv-protection
+finalizers, multi-attach checks, waiting for kubelet to unmount before detaching, node
+annotations (``controller-managed-attach-detach``), and event aggregation (each distinct event
+is posted once, where KCM re-posts it on every resync).
+
+How it runs: in-process on the emulator's change feed, as one asyncio task. Every batch of
+changes updates local caches (the informers) and triggers one full, synchronous,
+level-triggered pass. Writes go through the emulator's Python API; their changes come back as
+the next batch, and a pass that writes nothing ends the cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+
+from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, StatusError, Subscription
+
+__all__ = ["ControllerManager", "attachment_name"]
+
+log = logging.getLogger(__name__)
+
+ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
+ANN_BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
+ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
+ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+ANN_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+PV_CONTROLLER = "persistentvolume-controller"
+
+_WATCHED = (
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "storageclasses",
+    "pods",
+    "csidrivers",
+    "volumeattachments",
+)
+_EXTERNAL_PROVISIONING = (
+    "Waiting for a volume to be created either by the external provisioner '{}' or manually by "
+    "the system administrator. If volume creation is delayed, please verify that the "
+    "provisioner is running and correctly registered."
+)  # pv_controller.go provisionClaimOperationExternal, verbatim
+
+
+def attachment_name(volume_handle: str, driver: str, node: str) -> str:
+    """``csi-<sha256(volumeHandle + driver + nodeName)>``, as csi_attacher.go names a VA."""
+    return "csi-" + hashlib.sha256(f"{volume_handle}{driver}{node}".encode()).hexdigest()
+
+
+def _meta(obj: Body) -> Body:
+    return obj.get("metadata") or {}
+
+
+def _annotations(obj: Body) -> dict[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def _spec(obj: Body) -> Body:
+    return obj.get("spec") or {}
+
+
+def _phase(obj: Body) -> str | None:
+    return (obj.get("status") or {}).get("phase")
+
+
+def _pod_claims(pod: Body) -> Iterator[str]:
+    for volume in _spec(pod).get("volumes") or []:
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim:
+            yield claim
+
+
+def _refers_to(volume: Body, claim: Body) -> bool:
+    """The volume's claimRef names this claim, with its uid or none (pre-bound by a user)."""
+    ref, meta = _spec(volume).get("claimRef") or {}, _meta(claim)
+    same_name = (ref.get("namespace"), ref.get("name")) == (meta.get("namespace"), meta["name"])
+    return same_name and ref.get("uid") in (None, "", meta["uid"])
+
+
+def _pod_active(pod: Body) -> bool:
+    return _phase(pod) not in ("Succeeded", "Failed")
+
+
+class ControllerManager:
+    """``async with ControllerManager(cluster): ...`` runs the stand-in as a background task."""
+
+    def __init__(
+        self,
+        cluster: EmulatedCluster,
+        *,
+        volumes: bool = True,  # the PV controller (binding, provisioning requests, release)
+        attachments: bool = True,  # the attach/detach controller (VolumeAttachments)
+        scheduler: bool = True,  # selected-node for WaitForFirstConsumer claims
+    ) -> None:
+        self.cluster = cluster
+        self.enabled = {"volumes": volumes, "attachments": attachments, "scheduler": scheduler}
+        self.passes = 0
+        self._cache: dict[str, dict[tuple[str, str], Body]] = {plural: {} for plural in _WATCHED}
+        self._emitted: set[tuple[str, str, str]] = set()
+        self._attachments: set[str] = set()  # VA names this attach/detach controller created
+        self._claimed: dict[tuple[str, str], Body] = {}
+        self._feed: Subscription | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._passed = asyncio.Event()
+
+    async def __aenter__(self) -> ControllerManager:
+        self._feed = self.cluster.subscribe(*_WATCHED, initial=True)
+        self._task = asyncio.create_task(self._run(self._feed), name="kcm-stand-in")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._feed is not None:
+            self._feed.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def settled(self) -> None:
+        """Wait until every change committed so far has been through a pass."""
+        # A pass is synchronous and drains the feed, so an empty feed means "all seen".
+        while self._feed is not None and self._feed.pending:
+            self._passed.clear()
+            await self._passed.wait()
+
+    async def _run(self, feed: Subscription) -> None:
+        while changes := await feed.batch():
+            for change in changes:
+                self._observe(change)
+            try:
+                self.sync()
+            except Exception:  # a controller logs and carries on; the next change retries
+                log.exception("kcm stand-in pass failed")
+            self._passed.set()
+
+    def _observe(self, change: Change) -> None:
+        meta = change.object["metadata"]
+        key = (meta.get("namespace") or "", meta["name"])
+        if change.type == "DELETED":
+            self._cache[change.kind.plural].pop(key, None)
+        else:
+            self._cache[change.kind.plural][key] = change.object
+
+    def _put(self, plural: str, obj: Body) -> Body:
+        """Record our own write at once, so the rest of this pass sees it (cache objects are
+        shared with the emulator and never mutated: every write builds new dicts)."""
+        meta = obj["metadata"]
+        self._cache[plural][(meta.get("namespace") or "", meta["name"])] = obj
+        return obj
+
+    def sync(self) -> None:
+        """One level-triggered pass over everything (synchronous, so atomic for the emulator)."""
+        self.passes += 1
+        self._claimed = {  # claim key -> the volume whose claimRef names it
+            (ref.get("namespace") or "", ref.get("name") or ""): volume
+            for volume in self._cache["persistentvolumes"].values()
+            if (ref := _spec(volume).get("claimRef"))
+        }
+        if self.enabled["scheduler"]:
+            self._sync_scheduler()
+        if self.enabled["volumes"]:
+            for claim in list(self._cache["persistentvolumeclaims"].values()):
+                self._guarded(self._sync_claim, claim)
+            for volume in list(self._cache["persistentvolumes"].values()):
+                self._guarded(self._sync_volume, volume)
+        if self.enabled["attachments"]:
+            self._sync_attachments()
+
+    def _guarded(self, fn: Callable[[Body], None], obj: Body) -> None:
+        try:
+            fn(obj)
+        except StatusError as error:  # e.g. deleted meanwhile; the next change retries
+            log.warning("kcm stand-in: %s %s: %s", fn.__name__, _meta(obj).get("name"), error)
+
+    # --- Helpers -------------------------------------------------------------------------
+
+    def _claim(self, namespace: str, name: str) -> Body | None:
+        return self._cache["persistentvolumeclaims"].get((namespace, name))
+
+    def _volume(self, name: str) -> Body | None:
+        return self._cache["persistentvolumes"].get(("", name))
+
+    def _class(self, claim: Body) -> Body | None:
+        return self._cache["storageclasses"].get(("", _spec(claim).get("storageClassName") or ""))
+
+    def _delays_binding(self, claim: Body) -> bool:
+        storage_class = self._class(claim)
+        return (
+            storage_class is not None
+            and storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
+        )
+
+    def _patch(self, plural: str, obj: Body, patch: Body, *, status: bool = False) -> Body:
+        meta = obj["metadata"]
+        result = self.cluster.patch(
+            plural,
+            meta.get("namespace"),
+            meta["name"],
+            patch,
+            subresource="status" if status else None,
+        )
+        return self._put(plural, result)
+
+    def _event(self, obj: Body, type_: str, reason: str, message: str) -> None:
+        meta = obj["metadata"]
+        if (meta["uid"], reason, message) in self._emitted:
+            return
+        self._emitted.add((meta["uid"], reason, message))
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        reference = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"]}
+        reference.update(uid=meta["uid"], resourceVersion=meta["resourceVersion"])
+        if meta.get("namespace"):
+            reference["namespace"] = meta["namespace"]
+        namespace = meta.get("namespace") or "default"
+        event = {
+            # client-go names events "<object>.<unix-nanos in hex>"
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": reference,
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "source": {"component": PV_CONTROLLER},
+            "reportingComponent": PV_CONTROLLER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.cluster.create("events", event)
+
+    # --- Scheduler: selected-node --------------------------------------------------------
+
+    def _sync_scheduler(self) -> None:
+        for (namespace, _), pod in list(self._cache["pods"].items()):
+            node = _spec(pod).get("nodeName")
+            if not node or not _pod_active(pod):
+                continue
+            for claim_name in _pod_claims(pod):
+                claim = self._claim(namespace, claim_name)
+                if (
+                    claim is None
+                    or _spec(claim).get("volumeName")
+                    or not self._delays_binding(claim)
+                ):
+                    continue
+                if ANN_SELECTED_NODE not in _annotations(claim):
+                    patch = {"metadata": {"annotations": {ANN_SELECTED_NODE: node}}}
+                    self._patch("persistentvolumeclaims", claim, patch)
+
+    # --- PV controller -------------------------------------------------------------------
+
+    def _sync_claim(self, claim: Body) -> None:
+        if _meta(claim).get("deletionTimestamp"):
+            return
+        if ANN_BIND_COMPLETED in _annotations(claim):
+            self._sync_bound_claim(claim)
+        elif _spec(claim).get("volumeName"):
+            self._sync_claim_for_named_volume(claim)
+        else:
+            self._sync_unbound_claim(claim)
+
+    def _sync_unbound_claim(self, claim: Body) -> None:
+        volume = self._prebound_volume(claim)
+        if volume is not None:
+            self._bind(volume, claim)
+            return
+        if _spec(claim).get("storageClassName") is None and self._assign_default_class(claim):
+            return
+        if not _spec(claim).get("storageClassName"):
+            message = "no persistent volumes available for this claim and no storage class is set"
+            self._event(claim, "Normal", "FailedBinding", message)
+            return
+        if self._delays_binding(claim) and ANN_SELECTED_NODE not in _annotations(claim):
+            self._emit_waiting_for_consumer(claim)
+            return
+        storage_class = self._class(claim)
+        if storage_class is None:
+            message = f'storageclass.storage.k8s.io "{_spec(claim)["storageClassName"]}" not found'
+            self._event(claim, "Warning", "ProvisioningFailed", message)
+            return
+        provisioner = storage_class.get("provisioner", "")
+        if provisioner.startswith("kubernetes.io/"):
+            return  # in-tree plugins and kubernetes.io/no-provisioner: not ours to emulate
+        wanted = {ANN_STORAGE_PROVISIONER: provisioner, ANN_BETA_STORAGE_PROVISIONER: provisioner}
+        if any(_annotations(claim).get(key) != value for key, value in wanted.items()):
+            claim = self._patch(
+                "persistentvolumeclaims", claim, {"metadata": {"annotations": wanted}}
+            )
+        self._event(
+            claim, "Normal", "ExternalProvisioning", _EXTERNAL_PROVISIONING.format(provisioner)
+        )
+
+    def _prebound_volume(self, claim: Body) -> Body | None:
+        meta = _meta(claim)
+        volume = self._claimed.get((meta.get("namespace") or "", meta["name"]))
+        return volume if volume is not None and _refers_to(volume, claim) else None
+
+    def _assign_default_class(self, claim: Body) -> bool:
+        for storage_class in self._cache["storageclasses"].values():
+            if _annotations(storage_class).get(ANN_DEFAULT_CLASS) == "true":
+                name = storage_class["metadata"]["name"]
+                self._patch("persistentvolumeclaims", claim, {"spec": {"storageClassName": name}})
+                return True
+        return False
+
+    def _emit_waiting_for_consumer(self, claim: Body) -> None:
+        meta = _meta(claim)
+        pods = [
+            pod["metadata"]["name"]
+            for (namespace, _), pod in self._cache["pods"].items()
+            if namespace == meta.get("namespace")
+            and meta["name"] in _pod_claims(pod)
+            and _pod_active(pod)
+            and not _spec(pod).get("nodeName")
+        ]
+        if not pods:
+            reason, message = (
+                "WaitForFirstConsumer",
+                "waiting for first consumer to be created before binding",
+            )
+        elif len(pods) == 1:
+            reason, message = "WaitForPodScheduled", f"waiting for pod {pods[0]} to be scheduled"
+        else:
+            reason, message = (
+                "WaitForPodScheduled",
+                f"waiting for pods {','.join(pods)} to be scheduled",
+            )
+        self._event(claim, "Normal", reason, message)
+
+    def _sync_claim_for_named_volume(self, claim: Body) -> None:
+        volume = self._volume(_spec(claim)["volumeName"])
+        if volume is None:
+            return  # the user asked for a volume that does not exist (yet): stay Pending
+        if not _spec(volume).get("claimRef") or _refers_to(volume, claim):
+            self._bind(volume, claim)
+        else:
+            message = f'volume "{volume["metadata"]["name"]}" already bound to a different claim.'
+            self._event(claim, "Warning", "FailedBinding", message)
+
+    def _sync_bound_claim(self, claim: Body) -> None:
+        volume_name = _spec(claim).get("volumeName")
+        volume = self._volume(volume_name) if volume_name else None
+        ref = _spec(volume).get("claimRef") if volume is not None else None
+        if not volume_name:
+            message = (
+                "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!"
+            )
+            self._lose(claim, "ClaimLost", message)
+        elif volume is None:
+            self._lose(
+                claim,
+                "ClaimLost",
+                "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
+            )
+        elif ref is None or ref.get("uid") == _meta(claim)["uid"]:
+            self._bind(volume, claim)
+        else:
+            message = "Two claims are bound to the same volume, this one is bound incorrectly"
+            self._lose(claim, "ClaimMisbound", message)
+
+    def _lose(self, claim: Body, reason: str, message: str) -> None:
+        if _phase(claim) != "Lost":
+            self._patch("persistentvolumeclaims", claim, {"status": {"phase": "Lost"}}, status=True)
+            self._event(claim, "Warning", reason, message)
+
+    def _bind(self, volume: Body, claim: Body) -> None:
+        """Volume claimRef, volume phase, claim volumeName and annotations, claim status."""
+        meta = _meta(claim)
+        ref = _spec(volume).get("claimRef")
+        bound_to_claim = _refers_to(volume, claim)  # else bound here by the controller
+        if (ref or {}).get("uid") != meta["uid"]:
+            claim_ref = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "name": meta["name"]}
+            claim_ref.update(
+                namespace=meta["namespace"],
+                uid=meta["uid"],
+                resourceVersion=meta["resourceVersion"],
+            )
+            patch: Body = {"spec": {"claimRef": claim_ref}}
+            if not bound_to_claim:
+                patch["metadata"] = {"annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}}
+            volume = self._patch("persistentvolumes", volume, patch)
+        if _phase(volume) != "Bound":
+            volume = self._patch(
+                "persistentvolumes", volume, {"status": {"phase": "Bound"}}, status=True
+            )
+        volume_name = volume["metadata"]["name"]
+        claim_patch: Body = {}
+        annotations: dict[str, str] = {}
+        if _spec(claim).get("volumeName") != volume_name:
+            claim_patch["spec"] = {"volumeName": volume_name}
+            if ANN_BOUND_BY_CONTROLLER not in _annotations(claim):
+                annotations[ANN_BOUND_BY_CONTROLLER] = "yes"
+        if ANN_BIND_COMPLETED not in _annotations(claim):
+            annotations[ANN_BIND_COMPLETED] = "yes"
+        if annotations:
+            claim_patch["metadata"] = {"annotations": annotations}
+        if claim_patch:
+            claim = self._patch("persistentvolumeclaims", claim, claim_patch)
+        status: Body = {}
+        if (claim.get("status") or {}).get("accessModes") != _spec(volume).get("accessModes"):
+            status["accessModes"] = _spec(volume).get("accessModes")
+        if _phase(claim) != "Bound":
+            # The capacity is copied only when the claim becomes Bound (a later difference
+            # can mean a pending filesystem resize).
+            status.update(phase="Bound", capacity=_spec(volume).get("capacity"))
+        if status:
+            self._patch("persistentvolumeclaims", claim, {"status": status}, status=True)
+
+    def _sync_volume(self, volume: Body) -> None:
+        ref = _spec(volume).get("claimRef")
+        if not ref or not ref.get("uid"):
+            phase = "Available"  # unused, or pre-bound to a claim the claim sync will bind
+        else:
+            claim = self._claim(ref.get("namespace") or "", ref.get("name") or "")
+            if claim is None or claim["metadata"]["uid"] != ref["uid"]:
+                if _phase(volume) in ("Released", "Failed"):
+                    return
+                phase = "Released"
+            elif not _spec(claim).get("volumeName"):
+                return  # the claim sync finishes the binding
+            elif _spec(claim)["volumeName"] == volume["metadata"]["name"]:
+                phase = "Bound"
+            elif ANN_PROVISIONED_BY in _annotations(volume) and (
+                _spec(volume).get("persistentVolumeReclaimPolicy") == "Delete"
+            ):
+                phase = "Released"  # provisioned for a claim that got bound elsewhere
+            else:
+                self._unbind(volume)
+                return
+        if _phase(volume) != phase:
+            self._patch("persistentvolumes", volume, {"status": {"phase": phase}}, status=True)
+
+    def _unbind(self, volume: Body) -> None:
+        if ANN_BOUND_BY_CONTROLLER in _annotations(volume):
+            patch: Body = {
+                "spec": {"claimRef": None},
+                "metadata": {"annotations": {ANN_BOUND_BY_CONTROLLER: None}},
+            }
+        else:
+            patch = {"spec": {"claimRef": {"uid": None}}}  # pre-bound by the user: keep the ref
+        volume = self._patch("persistentvolumes", volume, patch)
+        self._patch("persistentvolumes", volume, {"status": {"phase": "Available"}}, status=True)
+
+    # --- Attach/detach controller --------------------------------------------------------
+
+    def _sync_attachments(self) -> None:
+        desired = dict(self._desired_attachments())
+        existing = self._cache["volumeattachments"]
+        for name, spec in desired.items():
+            if ("", name) not in existing:
+                body = {"metadata": {"name": name}, "spec": spec}
+                self._put("volumeattachments", self.cluster.create("volumeattachments", body))
+            self._attachments.add(name)
+        for name in sorted(self._attachments - desired.keys()):
+            attachment = existing.get(("", name))
+            if attachment is None:
+                self._attachments.discard(name)
+            elif not _meta(attachment).get("deletionTimestamp"):
+                self.cluster.delete("volumeattachments", None, name)  # the feed updates the cache
+
+    def _desired_attachments(self) -> Iterator[tuple[str, Body]]:
+        drivers = self._cache["csidrivers"]
+        for (namespace, _), pod in self._cache["pods"].items():
+            node = _spec(pod).get("nodeName")
+            if not node or not _pod_active(pod):
+                continue
+            for claim_name in _pod_claims(pod):
+                claim = self._claim(namespace, claim_name)
+                volume_name = _spec(claim).get("volumeName") if claim is not None else None
+                volume = self._volume(volume_name) if volume_name else None
+                csi = _spec(volume).get("csi") if volume is not None else None
+                if not csi or not volume_name:
+                    continue
+                driver = drivers.get(("", csi["driver"]))
+                if driver is not None and _spec(driver).get("attachRequired") is False:
+                    continue  # csi_plugin.go skipAttach; a missing CSIDriver means "attach"
+                spec = {
+                    "attacher": csi["driver"],
+                    "nodeName": node,
+                    "source": {"persistentVolumeName": volume_name},
+                }
+                yield attachment_name(csi["volumeHandle"], csi["driver"], node), spec

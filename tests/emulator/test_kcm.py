@@ -1,0 +1,238 @@
+"""The kube-controller-manager stand-in: what the operator relies on KCM for.
+
+We test these aspects: the PV controller's provisioner annotations and ExternalProvisioning
+event (Immediate and WaitForFirstConsumer classes, with the scheduler's selected-node), the
+default class, binding a claim to a pre-bound volume, Available and Released volumes, Lost
+claims, and the attach/detach controller's VolumeAttachments (exact name, attachRequired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.kcm import ControllerManager, attachment_name
+
+pytestmark = pytest.mark.usefixtures("kcm")
+
+DRIVER = "csi.example.com"
+PVCS, PVS, VAS = "persistentvolumeclaims", "persistentvolumes", "volumeattachments"
+GA, BETA = (
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.beta.kubernetes.io/storage-provisioner",
+)
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+EXTERNAL_PROVISIONING = (
+    "Waiting for a volume to be created either by the external provisioner 'csi.example.com' or "
+    "manually by the system administrator. If volume creation is delayed, please verify that the "
+    "provisioner is running and correctly registered."
+)
+
+
+async def until(cluster: EmulatedCluster, condition: Callable[[], Any]) -> Any:
+    """Wait for a condition over the whole cluster, re-checked on every change."""
+    async with asyncio.timeout(5):
+        with cluster.subscribe() as feed:
+            while not (result := condition()):
+                await feed.batch()
+    return result
+
+
+def events(cluster: EmulatedCluster, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [
+        (event["type"], event["reason"], event["message"])
+        for event in cluster.objects("events")
+        if event["involvedObject"]["uid"] == obj["metadata"]["uid"]
+    ]
+
+
+def phase(value: str) -> Callable[[dict[str, Any] | None], bool]:
+    return lambda obj: (obj or {}).get("status", {}).get("phase") == value
+
+
+def storage_class(
+    cluster: EmulatedCluster, name: str, default: bool = False, **fields: Any
+) -> None:
+    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
+    metadata = {"name": name, "annotations": annotations}
+    cluster.create("storageclasses", {"metadata": metadata, "provisioner": DRIVER, **fields})
+
+
+def claim(cluster: EmulatedCluster, name: str, **spec: Any) -> dict[str, Any]:
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, **spec}
+    return cluster.create(PVCS, {"metadata": {"name": name}, "spec": spec}, namespace="default")
+
+
+def volume(
+    cluster: EmulatedCluster, name: str, *, claim: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "capacity": {"storage": "2Gi"},
+        "persistentVolumeReclaimPolicy": "Delete",
+        "csi": {"driver": DRIVER, "volumeHandle": f"handle-{name}"},
+    }
+    if claim is not None:
+        meta = claim["metadata"]
+        spec["claimRef"] = {
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+        }
+    annotations = {"pv.kubernetes.io/provisioned-by": DRIVER}
+    return cluster.create(
+        PVS, {"metadata": {"name": name, "annotations": annotations}, "spec": spec}
+    )
+
+
+def pod(cluster: EmulatedCluster, name: str, claim_name: str, node: str | None = None) -> None:
+    spec: dict[str, Any] = {
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]
+    }
+    if node:
+        spec["nodeName"] = node
+    cluster.create("pods", {"metadata": {"name": name}, "spec": spec}, namespace="default")
+
+
+def annotations(cluster: EmulatedCluster, name: str) -> dict[str, str]:
+    obj = cluster.get(PVCS, "default", name) or {}
+    return dict(obj.get("metadata", {}).get("annotations") or {})
+
+
+async def test_immediate_claim_gets_provisioner_annotations_and_an_event(
+    cluster: EmulatedCluster,
+) -> None:
+    storage_class(cluster, "fast")
+    created = claim(cluster, "data", storageClassName="fast")
+    await until(cluster, lambda: events(cluster, created))
+    assert annotations(cluster, "data") == {GA: DRIVER, BETA: DRIVER}
+    assert events(cluster, created) == [("Normal", "ExternalProvisioning", EXTERNAL_PROVISIONING)]
+    event = cluster.objects("events")[0]
+    assert event["source"] == {"component": "persistentvolume-controller"}
+    assert event["metadata"]["name"].startswith("data.")
+
+
+async def test_wait_for_first_consumer_waits_for_the_selected_node(
+    cluster: EmulatedCluster,
+) -> None:
+    storage_class(cluster, "local", volumeBindingMode="WaitForFirstConsumer")
+    created = claim(cluster, "data", storageClassName="local")
+    waiting = (
+        "Normal",
+        "WaitForFirstConsumer",
+        "waiting for first consumer to be created before binding",
+    )
+    await until(cluster, lambda: waiting in events(cluster, created))
+    assert annotations(cluster, "data") == {}
+
+    pod(cluster, "app", "data")  # not scheduled yet
+    scheduled = ("Normal", "WaitForPodScheduled", "waiting for pod app to be scheduled")
+    await until(cluster, lambda: scheduled in events(cluster, created))
+    assert annotations(cluster, "data") == {}
+
+    cluster.patch("pods", "default", "app", {"spec": {"nodeName": "node-1"}})
+    await until(cluster, lambda: GA in annotations(cluster, "data"))
+    assert annotations(cluster, "data") == {SELECTED_NODE: "node-1", GA: DRIVER, BETA: DRIVER}
+    await until(cluster, lambda: len(events(cluster, created)) == 3)
+    assert events(cluster, created)[-1] == ("Normal", "ExternalProvisioning", EXTERNAL_PROVISIONING)
+
+
+async def test_claims_without_a_class_get_the_default_one(cluster: EmulatedCluster) -> None:
+    storage_class(cluster, "plain")
+    storage_class(cluster, "default", default=True)
+    claim(cluster, "data")
+    got = await cluster.wait_for(
+        PVCS, "default", "data", lambda obj: GA in (obj or {})["metadata"].get("annotations", {})
+    )
+    assert got is not None
+    assert got["spec"]["storageClassName"] == "default"
+
+
+async def test_a_volume_with_a_claim_ref_binds_the_claim(cluster: EmulatedCluster) -> None:
+    storage_class(cluster, "fast")
+    created = claim(cluster, "data", storageClassName="fast")
+    volume(cluster, "pvc-1", claim=created)
+    volume(cluster, "spare")
+
+    bound = await cluster.wait_for(PVCS, "default", "data", phase("Bound"))
+    assert bound is not None
+    assert bound["spec"]["volumeName"] == "pvc-1"
+    assert bound["status"] == {
+        "phase": "Bound",
+        "accessModes": ["ReadWriteOnce"],
+        "capacity": {"storage": "2Gi"},
+    }
+    assert bound["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] == "yes"
+    assert bound["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"] == "yes"
+
+    pv = await cluster.wait_for(PVS, None, "pvc-1", phase("Bound"))
+    assert pv is not None
+    assert pv["spec"]["claimRef"]["uid"] == created["metadata"]["uid"]
+    assert "pv.kubernetes.io/bound-by-controller" not in pv["metadata"]["annotations"]  # pre-bound
+    spare = await cluster.wait_for(PVS, None, "spare", phase("Available"))
+    assert spare is not None
+
+
+async def test_a_volume_whose_claim_is_gone_is_released(cluster: EmulatedCluster) -> None:
+    created = claim(cluster, "data", storageClassName="fast")
+    volume(cluster, "pvc-1", claim=created)
+    await cluster.wait_for(PVS, None, "pvc-1", phase("Bound"))
+    cluster.delete(PVCS, "default", "data")
+    released = await cluster.wait_for(PVS, None, "pvc-1", phase("Released"))
+    assert released is not None
+
+    # A claim bound to a volume that disappears is Lost.
+    again = claim(cluster, "again", storageClassName="fast")
+    volume(cluster, "pvc-2", claim=again)
+    await cluster.wait_for(PVCS, "default", "again", phase("Bound"))
+    cluster.delete(PVS, None, "pvc-2")
+    lost = await cluster.wait_for(PVCS, "default", "again", phase("Lost"))
+    assert lost is not None
+    message = "Bound claim has lost its PersistentVolume. Data on the volume is lost!"
+    assert ("Warning", "ClaimLost", message) in events(cluster, again)
+
+
+def test_attachment_name_is_csi_sha256_of_handle_driver_node() -> None:
+    expected = "csi-" + hashlib.sha256(b"handle-pvc-1" + b"csi.example.com" + b"node-1").hexdigest()
+    assert attachment_name("handle-pvc-1", DRIVER, "node-1") == expected
+    assert len(expected) == 68
+
+
+async def test_pods_on_nodes_get_volume_attachments(cluster: EmulatedCluster) -> None:
+    created = claim(cluster, "data", storageClassName="fast")
+    volume(cluster, "pvc-1", claim=created)
+    await cluster.wait_for(
+        PVCS, "default", "data", lambda obj: (obj or {}).get("spec", {}).get("volumeName")
+    )
+    pod(cluster, "unscheduled", "data")
+    pod(cluster, "app", "data", node="node-1")
+    name = attachment_name("handle-pvc-1", DRIVER, "node-1")
+
+    attachment = await cluster.wait_for(VAS, None, name)
+    assert attachment is not None
+    assert attachment["spec"] == {
+        "attacher": DRIVER,
+        "nodeName": "node-1",
+        "source": {"persistentVolumeName": "pvc-1"},
+    }
+    assert len(cluster.objects(VAS)) == 1
+
+    cluster.delete("pods", "default", "app")
+    assert await cluster.wait_for(VAS, None, name, lambda obj: obj is None) is None
+
+
+async def test_drivers_without_attach_get_no_attachments(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
+    cluster.create("csidrivers", {"metadata": {"name": DRIVER}, "spec": {"attachRequired": False}})
+    created = claim(cluster, "data", storageClassName="fast")
+    volume(cluster, "pvc-1", claim=created)
+    pod(cluster, "app", "data", node="node-1")
+    await cluster.wait_for(PVCS, "default", "data", phase("Bound"))
+    await kcm.settled()
+    assert cluster.objects(VAS) == []

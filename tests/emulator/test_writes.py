@@ -1,0 +1,198 @@
+"""Writes over real HTTP with kubernetes-asyncio: the metadata and error semantics of the API.
+
+We test these aspects: server-owned metadata (uid, creationTimestamp, resourceVersion,
+generation bumped by spec changes only); 409 on a stale resourceVersion (PUT and merge patch)
+and on a duplicate create; 422 on a failed JSON-patch ``test``; 404 with a Status body;
+generateName; the spec/status split; finalizers and deletionTimestamp; no-op writes; the
+strategic-merge patch kubernetes-asyncio sends by default; PUT replaces (what leases need).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from kopf_csi.testing.emulator import EmulatedCluster, StatusError
+
+PVCS = "persistentvolumeclaims"
+
+
+def claim(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], **spec}}
+
+
+def status_of(error: ApiException) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(error.body)
+    return body
+
+
+async def test_create_sets_server_metadata(core: client.CoreV1Api) -> None:
+    created = await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    meta = created.metadata
+    assert meta.uid
+    assert meta.creation_timestamp is not None
+    assert meta.resource_version.isdigit()
+    assert meta.generation == 1
+    assert meta.namespace == "default"
+    assert created.status.phase == "Pending"  # defaulted; status is not writable on create
+
+
+async def test_stale_resource_version_is_409(
+    cluster: EmulatedCluster, core: client.CoreV1Api
+) -> None:
+    await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    stale = await core.read_namespaced_persistent_volume_claim("a", "default")
+    cluster.patch(PVCS, "default", "a", {"metadata": {"labels": {"changed": "meanwhile"}}})
+
+    stale.metadata.labels = {"mine": "yes"}
+    with pytest.raises(ApiException) as error:
+        await core.replace_namespaced_persistent_volume_claim("a", "default", stale)
+    assert error.value.status == 409
+    assert status_of(error.value)["reason"] == "Conflict"
+
+    patch = {"metadata": {"resourceVersion": stale.metadata.resource_version, "labels": {"x": "y"}}}
+    with pytest.raises(ApiException) as error:
+        await core.patch_namespaced_persistent_volume_claim(
+            "a", "default", patch, _content_type="application/merge-patch+json"
+        )
+    assert error.value.status == 409
+
+    fresh = await core.read_namespaced_persistent_volume_claim("a", "default")
+    fresh.metadata.labels = {"mine": "yes"}
+    replaced = await core.replace_namespaced_persistent_volume_claim("a", "default", fresh)
+    assert replaced.metadata.labels == {"mine": "yes"}  # PUT replaces, labels included
+    assert int(replaced.metadata.resource_version) > int(fresh.metadata.resource_version)
+
+
+async def test_duplicate_create_is_409_and_missing_is_404(core: client.CoreV1Api) -> None:
+    await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    with pytest.raises(ApiException) as error:
+        await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    assert error.value.status == 409
+    assert status_of(error.value)["reason"] == "AlreadyExists"
+
+    with pytest.raises(ApiException) as error:
+        await core.read_namespaced_persistent_volume_claim("missing", "default")
+    status = status_of(error.value)
+    assert error.value.status == 404
+    assert (status["kind"], status["status"], status["reason"], status["code"]) == (
+        "Status",
+        "Failure",
+        "NotFound",
+        404,
+    )
+    assert status["message"] == 'persistentvolumeclaims "missing" not found'
+
+
+async def test_failed_json_patch_test_is_422(core: client.CoreV1Api) -> None:
+    created = await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    rv = created.metadata.resource_version
+    stale = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": str(int(rv) - 1)},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["x/y"]},
+    ]
+    with pytest.raises(ApiException) as error:
+        await core.patch_namespaced_persistent_volume_claim("a", "default", stale)
+    assert error.value.status == 422
+    fresh = [{**stale[0], "value": rv}, stale[1]]
+    patched = await core.patch_namespaced_persistent_volume_claim("a", "default", fresh)
+    assert patched.metadata.finalizers == ["x/y"]
+
+
+async def test_generate_name(core: client.CoreV1Api) -> None:
+    body = {"metadata": {"generateName": "pvc-"}, "spec": {}}
+    first = await core.create_namespaced_persistent_volume_claim("default", body)
+    second = await core.create_namespaced_persistent_volume_claim("default", body)
+    assert first.metadata.name.startswith("pvc-")
+    assert len(first.metadata.name) == len("pvc-") + 5
+    assert first.metadata.name != second.metadata.name
+
+
+async def test_spec_and_status_are_written_separately(
+    cluster: EmulatedCluster, core: client.CoreV1Api
+) -> None:
+    await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    main = await core.patch_namespaced_persistent_volume_claim(
+        "a", "default", {"spec": {"volumeName": "pv"}, "status": {"phase": "Bound"}}
+    )
+    assert main.spec.volume_name == "pv"
+    assert main.status.phase == "Pending"  # the main resource ignores status
+    assert main.metadata.generation == 2
+
+    status = await core.patch_namespaced_persistent_volume_claim_status(
+        "a", "default", {"spec": {"volumeName": "other"}, "status": {"phase": "Bound"}}
+    )
+    assert status.spec.volume_name == "pv"  # /status ignores everything else
+    assert status.status.phase == "Bound"
+    assert status.metadata.generation == 2  # status changes never bump the generation
+    assert cluster.get(PVCS, "default", "a")["status"] == {"phase": "Bound"}  # type: ignore[index]
+
+
+async def test_finalizers_hold_a_deleted_object(
+    cluster: EmulatedCluster, core: client.CoreV1Api
+) -> None:
+    body = claim("a")
+    body["metadata"]["finalizers"] = ["one/f", "two/f"]
+    await core.create_namespaced_persistent_volume_claim("default", body)
+    await core.delete_namespaced_persistent_volume_claim("a", "default")
+    held = await core.read_namespaced_persistent_volume_claim("a", "default")
+    assert held.metadata.deletion_timestamp is not None
+
+    with pytest.raises(ApiException) as error:  # no new finalizers while deleting
+        await core.patch_namespaced_persistent_volume_claim(
+            "a",
+            "default",
+            {"metadata": {"finalizers": ["one/f", "two/f", "three/f"]}},
+            _content_type="application/merge-patch+json",
+        )
+    assert error.value.status == 422
+
+    with cluster.subscribe(PVCS) as feed:
+        # kubernetes-asyncio sends a strategic merge patch for dicts: finalizers merge (union)
+        # there, so removing one needs the $deleteFromPrimitiveList directive, as in client-go.
+        await core.patch_namespaced_persistent_volume_claim(
+            "a", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["one/f"]}}
+        )
+        await core.patch_namespaced_persistent_volume_claim(
+            "a",
+            "default",
+            {"metadata": {"finalizers": None}},
+            _content_type="application/merge-patch+json",
+        )
+        changes = [await feed.__anext__(), await feed.__anext__()]
+    assert [change.type for change in changes] == ["MODIFIED", "DELETED"]
+    assert changes[0].object["metadata"]["finalizers"] == ["two/f"]
+    assert cluster.get(PVCS, "default", "a") is None
+
+
+async def test_strategic_merge_patch_unions_finalizers(core: client.CoreV1Api) -> None:
+    body = claim("a")
+    body["metadata"]["finalizers"] = ["one/f"]
+    await core.create_namespaced_persistent_volume_claim("default", body)
+    patched = await core.patch_namespaced_persistent_volume_claim(
+        "a", "default", {"metadata": {"finalizers": ["two/f"], "labels": {"a": "b"}}}
+    )
+    assert patched.metadata.finalizers == ["one/f", "two/f"]
+    assert patched.metadata.labels == {"a": "b"}
+
+
+async def test_a_no_op_write_changes_nothing(cluster: EmulatedCluster) -> None:
+    created = cluster.create(
+        PVCS, {"metadata": {"name": "a", "labels": {"k": "v"}}}, namespace="default"
+    )
+    same = cluster.patch(PVCS, "default", "a", {"metadata": {"labels": {"k": "v"}}})
+    assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert cluster.resource_version == int(created["metadata"]["resourceVersion"])  # no event
+
+
+def test_python_level_errors_are_status_errors() -> None:
+    cluster = EmulatedCluster()
+    with pytest.raises(StatusError) as error:
+        cluster.patch(PVCS, "default", "missing", {})
+    assert error.value.code == 404
+    with pytest.raises(KeyError):
+        cluster.get("nonsense", None, "x")
