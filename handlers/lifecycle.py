@@ -12,7 +12,7 @@ import kopf
 import structlog
 
 from kopf_csi import runtime
-from kopf_csi.csi import CSIClient
+from kopf_csi.csi import CSIClient, CSIError
 
 log = structlog.get_logger("kopf_csi.lifecycle")
 
@@ -27,9 +27,16 @@ async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     config = runtime.settings_from_memo(memo)
     runtime.configure_kopf(settings)
     client = CSIClient(config.csi.address, timeout=config.csi.timeout)
-    await client.wait_ready(wait=config.csi.connect_timeout)
+    try:
+        await client.wait_ready(wait=config.csi.connect_timeout)
+        info = await client.driver_info()
+    except CSIError as exc:
+        # As the Go sidecars exit after their 30 s dial timeout or a failed identity call,
+        # stop: kopf would otherwise retry a start-up handler after a minute, silently.
+        await client.close()
+        raise kopf.PermanentError(f"cannot start without the CSI driver: {exc}") from exc
     memo.csi = client
-    memo.driver = info = await client.driver_info()
+    memo.driver = info
     log.info(
         "driver_connected",
         driver=info.name,
@@ -48,7 +55,14 @@ async def disconnect(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.probe(id="driver")
 async def driver_ready(memo: kopf.Memo, **_: Any) -> str:
-    """Liveness includes the driver: a failing Probe fails the operator's health check."""
+    """Liveness includes the driver: a failing Probe fails the operator's health check.
+
+    kopf retries a failing probe handler (holding the HTTP request for a minute) unless the
+    error is permanent; a health check must answer now, so every CSI failure is permanent.
+    """
     client: CSIClient = memo.csi
-    response = await client.probe()
+    try:
+        response = await client.probe()
+    except CSIError as exc:
+        raise kopf.PermanentError(f"the CSI driver does not answer Probe: {exc}") from exc
     return "ready" if response.ready is None or response.ready else "not-ready"

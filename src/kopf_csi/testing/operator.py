@@ -12,10 +12,12 @@ import contextlib
 import importlib
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import kopf
+from kopf._cogs.structs.references import Insights  # private, but kopf is pinned exactly
 
 from kopf_csi.settings import Settings
 
@@ -46,6 +48,7 @@ class OperatorThread:
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._insights = Insights()
         self.error: BaseException | None = None
 
     def _load(self) -> None:
@@ -67,6 +70,7 @@ class OperatorThread:
             loop.run_until_complete(
                 kopf.operator(
                     registry=self.registry,
+                    insights=self._insights,
                     memo=self.memo,
                     clusterwide=True,
                     standalone=True,
@@ -79,6 +83,10 @@ class OperatorThread:
             self.error = exc
         finally:
             self._ready.set()  # never leave start() waiting on a crashed operator
+            # kopf waits for a threading.Event stop flag in an executor thread of its own; an
+            # operator that ended by itself leaves that thread waiting, and the interpreter
+            # would hang at exit joining it.
+            self._stop.set()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
@@ -95,6 +103,14 @@ class OperatorThread:
             raise TimeoutError(f"the operator was not ready within {self.start_timeout}s")
         if self.error is not None:
             raise RuntimeError(f"the operator failed to start: {self.error!r}") from self.error
+        # kopf is ready before it has scanned the API's resources. Waiting for the scan means
+        # the watches are starting when we return, and that a quick stop() does not leave the
+        # scan hanging (kopf then waits 5 s for it as a "hung task").
+        deadline = time.monotonic() + self.start_timeout
+        while not self._insights.ready_resources.is_set() and self.alive:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the operator did not scan the API in {self.start_timeout}s")
+            await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
         self._stop.set()
