@@ -1,24 +1,118 @@
 """The Kubernetes API client: the only module that imports kubernetes-asyncio.
 
-For now it only logs in (kubeconfig or in-cluster) and describes the credentials it found, so
-that kopf and our own API calls use the same identity and the same server.
+Objects go in and come out as plain dicts, the same shape kopf hands to handlers, so the
+decision functions never see a client model. kubernetes-asyncio does the login (kubeconfig,
+in-cluster, exec plugins, TLS); requests go through its ApiClient with raw JSON bodies, which
+skips building and parsing its generated models on the hot path (stack-notes: most of the
+per-object CPU went there).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import pathlib
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
 
-__all__ = ["Credentials", "LoginError", "login"]
+__all__ = [
+    "CLAIMS",
+    "CSIDRIVERS",
+    "CSINODES",
+    "EVENTS",
+    "LEASES",
+    "NODES",
+    "SECRETS",
+    "SNAPSHOTS",
+    "SNAPSHOT_CLASSES",
+    "SNAPSHOT_CONTENTS",
+    "STORAGE_CLASSES",
+    "VOLUMES",
+    "VOLUME_ATTACHMENTS",
+    "VOLUME_ATTRIBUTES_CLASSES",
+    "ConflictError",
+    "Credentials",
+    "KubeClient",
+    "KubeError",
+    "LoginError",
+    "NotFoundError",
+    "Resource",
+    "login",
+]
+
+Body = dict[str, Any]
+PatchType = Literal["merge", "json", "strategic"]
+CONTENT_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+CLAIMS = Resource("", "v1", "persistentvolumeclaims", namespaced=True)
+VOLUMES = Resource("", "v1", "persistentvolumes", namespaced=False)
+NODES = Resource("", "v1", "nodes", namespaced=False)
+SECRETS = Resource("", "v1", "secrets", namespaced=True)
+EVENTS = Resource("", "v1", "events", namespaced=True)
+STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", namespaced=False)
+VOLUME_ATTACHMENTS = Resource("storage.k8s.io", "v1", "volumeattachments", namespaced=False)
+CSINODES = Resource("storage.k8s.io", "v1", "csinodes", namespaced=False)
+CSIDRIVERS = Resource("storage.k8s.io", "v1", "csidrivers", namespaced=False)
+VOLUME_ATTRIBUTES_CLASSES = Resource(
+    "storage.k8s.io", "v1", "volumeattributesclasses", namespaced=False
+)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", namespaced=True)
+SNAPSHOTS = Resource("snapshot.storage.k8s.io", "v1", "volumesnapshots", namespaced=True)
+SNAPSHOT_CONTENTS = Resource(
+    "snapshot.storage.k8s.io", "v1", "volumesnapshotcontents", namespaced=False
+)
+SNAPSHOT_CLASSES = Resource(
+    "snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", namespaced=False
+)
 
 
 class LoginError(RuntimeError):
     """Neither the service account nor the kubeconfig gave us a way to the API."""
+
+
+class KubeError(Exception):
+    """The API answered with an error (or with something that is not JSON)."""
+
+    def __init__(self, message: str, *, status: int, reason: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"({self.status} {self.reason}) {self.message}"
+
+
+class NotFoundError(KubeError):
+    """404: the object (or its namespace) does not exist."""
+
+
+class ConflictError(KubeError):
+    """409: a stale resourceVersion, or the object already exists."""
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -35,24 +129,35 @@ class Credentials:
         return f"Credentials(server={self.server!r}, insecure={self.insecure})"
 
 
-async def login(kubeconfig: pathlib.Path | None) -> Credentials:
-    """Configure kubernetes-asyncio's default client and return the credentials it uses.
-
-    An explicit kubeconfig wins; otherwise in-cluster, then the default kubeconfig. The path is
-    passed explicitly because kubernetes-asyncio reads `$KUBECONFIG` once, at import time.
-    """
+async def _load(kubeconfig: pathlib.Path | None) -> Any:
     try:
         if kubeconfig is not None:
-            await kubernetes_asyncio.config.load_kube_config(config_file=str(kubeconfig))
-        else:
-            try:
-                kubernetes_asyncio.config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except kubernetes_asyncio.config.ConfigException:
-                await kubernetes_asyncio.config.load_kube_config()
+            configuration = kubernetes_asyncio.client.Configuration()
+            await kubernetes_asyncio.config.load_kube_config(
+                config_file=str(kubeconfig), client_configuration=configuration
+            )
+            return configuration
+        configuration = kubernetes_asyncio.client.Configuration()
+        try:
+            # Re-reads the projected service-account token as it rotates.
+            kubernetes_asyncio.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration, try_refresh_token=True
+            )
+        except kubernetes_asyncio.config.ConfigException:
+            await kubernetes_asyncio.config.load_kube_config(client_configuration=configuration)
     except (kubernetes_asyncio.config.ConfigException, OSError) as exc:
         where = str(kubeconfig) if kubeconfig else "in-cluster or ~/.kube/config"
         raise LoginError(f"cannot log in to Kubernetes ({where}): {exc}") from exc
-    config = kubernetes_asyncio.client.Configuration.get_default_copy()
+    return configuration
+
+
+async def login(kubeconfig: pathlib.Path | None) -> Credentials:
+    """The credentials in the kubeconfig (explicit path wins) or of the service account.
+
+    The path is passed explicitly because kubernetes-asyncio reads `$KUBECONFIG` once, at
+    import time (stack-notes).
+    """
+    config = await _load(kubeconfig)
     maybe_header: Any = config.get_api_key_with_prefix("BearerToken")
     header: str | None = await maybe_header if inspect.isawaitable(maybe_header) else maybe_header
     parts = header.split(" ", 1) if header else []
@@ -68,3 +173,135 @@ async def login(kubeconfig: pathlib.Path | None) -> Credentials:
         certificate_path=config.cert_file,
         private_key_path=config.key_file,
     )
+
+
+class KubeClient:
+    """Plain-dict CRUD on any resource, over one kubernetes-asyncio ApiClient."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: pathlib.Path | None) -> KubeClient:
+        configuration = await _load(kubeconfig)
+        return cls(kubernetes_asyncio.client.ApiClient(configuration=configuration))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def version(self) -> Body:
+        return await self._request("GET", "/version")
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Body | None:
+        """The object, or None when it does not exist."""
+        try:
+            return await self._request("GET", resource.path(namespace, name))
+        except NotFoundError:
+            return None
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Body]:
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        answer = await self._request("GET", resource.path(namespace), query=query)
+        items: list[Body] = answer.get("items") or []
+        return items
+
+    async def create(self, resource: Resource, body: Mapping[str, Any]) -> Body:
+        namespace = body.get("metadata", {}).get("namespace")
+        return await self._request("POST", resource.path(namespace), body=body)
+
+    async def replace(self, resource: Resource, body: Mapping[str, Any]) -> Body:
+        meta = body.get("metadata", {})
+        path = resource.path(meta.get("namespace"), meta["name"])
+        return await self._request("PUT", path, body=body)
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+    ) -> Body:
+        path = resource.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        return await self._request(
+            "PATCH", path, body=patch, content_type=CONTENT_TYPES[patch_type]
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> Body | None:
+        """Delete (guarded by preconditions if given); None when it was already gone."""
+        options: Body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        preconditions = {"uid": uid, "resourceVersion": resource_version}
+        if any(preconditions.values()):
+            options["preconditions"] = {k: v for k, v in preconditions.items() if v}
+        try:
+            return await self._request("DELETE", resource.path(namespace, name), body=options)
+        except NotFoundError:
+            return None
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str | None] | None = None,
+        content_type: str = "application/json",
+    ) -> Body:
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        response = await self._api.call_api(
+            path,
+            method,
+            query_params=params,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+        async with response:
+            raw = await response.read()
+            status = response.status
+        return _decode(raw, status=status, method=method, path=path)
+
+
+def _decode(raw: bytes, *, status: int, method: str, path: str) -> Body:
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        snippet = raw[:200].decode("utf-8", "replace")
+        raise KubeError(
+            f"{method} {path}: the API answered with something that is not a JSON object: "
+            f"{snippet!r}",
+            status=status,
+            reason="MalformedResponse",
+        )
+    if 200 <= status < 300:
+        return data
+    message = str(data.get("message") or f"{method} {path} failed")
+    reason = str(data.get("reason") or "")
+    error = {404: NotFoundError, 409: ConflictError}.get(status, KubeError)
+    raise error(message, status=status, reason=reason)

@@ -1,0 +1,232 @@
+"""Run the sandbox: the emulated cluster, the reference driver and the operator, together.
+
+Everything runs in this one process (the operator in a thread of its own, as kopf needs) and
+stops on exit, leaving nothing behind but the working directory it was given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import pathlib
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from kopf_csi import kube, logs
+from kopf_csi.csi import CSIClient, CSIError
+from kopf_csi.driver import DriverConfig, Features, running_driver
+from kopf_csi.sandbox.progress import Check, Tracker, format_checks
+from kopf_csi.settings import CSISettings, KubeSettings, Settings
+from kopf_csi.testing.emulator import EmulatedCluster, Subscription
+from kopf_csi.testing.kcm import ControllerManager
+from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
+
+__all__ = ["main", "run"]
+
+NODE = "node-1"
+DRIVER = "hostpath.csi.kopf.dev"
+TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
+EXAMPLES = ("csidriver.yaml", "storageclasses.yaml", "claims.yaml", "pod.yaml")
+RESOURCES = {
+    "StorageClass": kube.STORAGE_CLASSES,
+    "CSIDriver": kube.CSIDRIVERS,
+    "PersistentVolumeClaim": kube.CLAIMS,
+    "Pod": kube.Resource("", "v1", "pods", namespaced=True),
+}
+
+
+def _examples_dir() -> pathlib.Path:
+    for base in (pathlib.Path.cwd(), *pathlib.Path(__file__).resolve().parents):
+        candidate = base / "manifests" / "examples"
+        if candidate.is_dir():
+            return candidate
+    raise SystemExit("manifests/examples not found: run the sandbox from the repository")
+
+
+def _node_objects() -> list[tuple[kube.Resource, dict[str, Any]]]:
+    """What kubelet and node-driver-registrar would have registered for one node."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, TOPOLOGY_KEY: NODE}},
+    }
+    csinode = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": NODE},
+        "spec": {"drivers": [{"name": DRIVER, "nodeID": NODE, "topologyKeys": [TOPOLOGY_KEY]}]},
+    }
+    return [(kube.NODES, node), (kube.CSINODES, csinode)]
+
+
+async def _checks(
+    api: kube.KubeClient, csi: CSIClient, operator: OperatorThread, cluster: EmulatedCluster
+) -> list[Check]:
+    checks = []
+    try:
+        version = await api.version()
+        nodes = await api.list(kube.NODES)
+        detail = f"{cluster.url} (version {version.get('gitVersion')}, {len(nodes)} node)"
+        checks.append(Check("Kubernetes API (emulated)", True, detail))
+    except kube.KubeError as exc:
+        checks.append(Check("Kubernetes API (emulated)", False, str(exc)))
+    try:
+        probe = await csi.probe()
+        info = await csi.driver_info()
+        caps = ", ".join(sorted(info.controller_capabilities))
+        ready = probe.ready is None or probe.ready
+        checks.append(
+            Check("CSI driver", ready, f"{info.name} {info.vendor_version} at {csi.path}")
+        )
+        checks.append(Check("  controller capabilities", True, caps))
+    except CSIError as exc:
+        checks.append(Check("CSI driver", False, str(exc)))
+    driver = getattr(operator.memo, "driver", None)
+    detail = (
+        f"kopf, modules {', '.join(operator.modules)}; connected to {driver.name}"
+        if operator.alive and driver is not None
+        else f"not running: {operator.error!r}"
+    )
+    checks.append(Check("operator", operator.alive and driver is not None, detail))
+    return checks
+
+
+async def _apply(api: kube.KubeClient, examples: pathlib.Path, names: Sequence[str]) -> int:
+    count = 0
+    for name in names:
+        for doc in yaml.safe_load_all((examples / name).read_text()):
+            if doc:
+                if doc["kind"] == "Pod":
+                    # Stand in for the scheduler, which would pick the (only) node.
+                    doc.setdefault("spec", {}).setdefault("nodeName", NODE)
+                await api.create(RESOURCES[doc["kind"]], doc)
+                count += 1
+    return count
+
+
+FOLLOWED = ("persistentvolumeclaims", "persistentvolumes", "volumeattachments")
+
+
+async def _follow(feed: Subscription, tracker: Tracker, *, until: Any, timeout: float) -> bool:
+    """Print changes until `until()` is true (True) or the timeout passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        with contextlib.suppress(TimeoutError):
+            for change in await asyncio.wait_for(feed.batch(), remaining):
+                for line in tracker.lines(change.type, change.kind.plural, change.object):
+                    print(line, flush=True)
+    return True
+
+
+def _fresh(path: str) -> pathlib.Path:
+    workdir = pathlib.Path(path).resolve()
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    return workdir
+
+
+async def run(args: argparse.Namespace) -> int:
+    workdir = _fresh(args.dir)
+    socket_path = workdir / "csi.sock"
+    examples = _examples_dir()
+    config = DriverConfig(
+        node_id=NODE,
+        data_dir=workdir / "driver",
+        features=Features(attach=True),
+        known_nodes=None,
+    )
+    async with (
+        EmulatedCluster(port=args.port) as cluster,
+        ControllerManager(cluster),
+        running_driver(config, socket_path=socket_path, grace=1.0),
+    ):
+        kubeconfig = cluster.write_kubeconfig(workdir / "kubeconfig")
+        for resource, body in _node_objects():
+            cluster.create(resource.plural, body)
+        settings = Settings(
+            csi=CSISettings(address=str(socket_path)),
+            kube=KubeSettings(kubeconfig=kubeconfig),
+        )
+        operator = OperatorThread(settings=settings, modules=DEFAULT_MODULES)
+        await operator.start()
+        try:
+            async with (
+                await kube.KubeClient.connect(kubeconfig) as api,
+                CSIClient(str(socket_path), timeout=5) as csi,
+            ):
+                checks = await _checks(api, csi, operator, cluster)
+                print("kopf-csi sandbox\n" + format_checks(checks), flush=True)
+                if not all(check.ok for check in checks):
+                    return 1
+                await _demo(cluster, api, examples, timeout=args.timeout)
+                if args.serve:
+                    print(
+                        f"\nserving until Ctrl-C. Try:\n  kubectl --kubeconfig {kubeconfig} "
+                        "get pvc,pv,volumeattachments -A",
+                        flush=True,
+                    )
+                    await _wait_for_interrupt()
+        finally:
+            await operator.stop()
+    print("\nstopped: nothing left running", flush=True)
+    return 0
+
+
+async def _demo(
+    cluster: EmulatedCluster, api: kube.KubeClient, examples: pathlib.Path, *, timeout: float
+) -> None:
+    """Apply the examples and narrate what happens to each claim, volume and attachment."""
+    tracker = Tracker()
+    with cluster.subscribe(*FOLLOWED) as feed:
+        print(f"\napplying {', '.join(EXAMPLES)} from {examples}:", flush=True)
+        await _apply(api, examples, EXAMPLES)
+        bound = await _follow(feed, tracker, until=_all_claims(cluster, _is_bound), timeout=timeout)
+    if not bound:
+        print(
+            f"\nclaims still not Bound after {timeout:g}s: the provisioner is not built yet "
+            "(issue 3); the emulated API, the controller-manager stand-in, the driver and the "
+            "operator are all answering.",
+            flush=True,
+        )
+
+
+def _is_bound(claim: dict[str, Any]) -> bool:
+    return bool(claim.get("status", {}).get("phase") == "Bound")
+
+
+def _all_claims(cluster: EmulatedCluster, predicate: Any) -> Any:
+    def check() -> bool:
+        claims = cluster.objects("persistentvolumeclaims")
+        return bool(claims) and all(predicate(c) for c in claims)
+
+    return check
+
+
+async def _wait_for_interrupt() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kopf_csi.sandbox", description=__doc__)
+    parser.add_argument("--dir", default=".sandbox", help="working directory (recreated)")
+    parser.add_argument("--port", type=int, default=0, help="API port (default: any free one)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait per step")
+    parser.add_argument("--serve", action="store_true", help="keep serving until Ctrl-C")
+    parser.add_argument("--log-level", default="WARNING", help="log level (default WARNING)")
+    args = parser.parse_args(argv)
+    logs.configure(level=args.log_level, json=False)
+    sys.exit(asyncio.run(run(args)))
