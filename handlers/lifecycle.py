@@ -1,7 +1,8 @@
-"""Start-up and shutdown: log in, connect to the driver, and report health.
+"""Start-up and shutdown: log in, connect to the driver, prime the caches, report health.
 
-Every other handler module depends on what this one puts into the memo:
-`memo.settings` (Settings), `memo.csi` (CSIClient) and `memo.driver` (DriverInfo).
+Every other handler module depends on what this one puts into the memo: `memo.settings`
+(Settings), `memo.api` (KubeClient), `memo.caches` (Caches, primed), `memo.recorder` (events),
+`memo.csi` (CSIClient) and, last, `memo.driver` (DriverInfo): controllers wait for it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import runtime
+from kopf_csi import events, kube, runtime
+from kopf_csi.caches import Caches
 from kopf_csi.csi import CSIClient, CSIError
 
 log = structlog.get_logger("kopf_csi.lifecycle")
@@ -36,6 +38,10 @@ async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         await client.close()
         raise kopf.PermanentError(f"cannot start without the CSI driver: {exc}") from exc
     memo.csi = client
+    memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
+    memo.recorder = events.Recorder(api, component=events.component_name(info.name))
+    memo.caches = caches = Caches()
+    await _prime(api, caches)
     memo.driver = info
     log.info(
         "driver_connected",
@@ -46,11 +52,28 @@ async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
 
 
+async def _prime(api: kube.KubeClient, caches: Caches) -> None:
+    """One LIST per cached kind before any controller starts (the Go WaitForCacheSync)."""
+    kinds = {
+        kube.STORAGE_CLASSES: caches.storage_classes,
+        kube.VOLUMES: caches.volumes,
+        kube.CSINODES: caches.csinodes,
+        kube.NODES: caches.nodes,
+        kube.VOLUME_ATTACHMENTS: caches.attachments,
+    }
+    for resource, cache in kinds.items():
+        for obj in await api.list(resource):
+            cache.store(obj)
+
+
 @kopf.on.cleanup(id="lifecycle.disconnect")
 async def disconnect(memo: kopf.Memo, **_: Any) -> None:
     client = getattr(memo, "csi", None)
     if client is not None:
         await client.close()
+    api = getattr(memo, "api", None)
+    if api is not None:
+        await api.close()
 
 
 @kopf.on.probe(id="driver")

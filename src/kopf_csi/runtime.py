@@ -6,15 +6,25 @@ onto core objects (annotations, finalizers) are ours and stable.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from typing import Any
 
 import kopf
 
 from kopf_csi import kube
+from kopf_csi.caches import Caches
 from kopf_csi.settings import Settings
 
-__all__ = ["ANNOTATIONS_PREFIX", "configure_kopf", "connection_info", "settings_from_memo"]
+__all__ = [
+    "ANNOTATIONS_PREFIX",
+    "caches_from_memo",
+    "configure_kopf",
+    "connection_info",
+    "settings_from_memo",
+    "wait_for_driver",
+]
 
 ANNOTATIONS_PREFIX = "kopf-csi.kopf.dev"
 """Where kopf keeps its progress on our objects: `kopf-csi.kopf.dev/<handler id>`."""
@@ -46,3 +56,22 @@ async def connection_info(settings: Settings) -> kopf.ConnectionInfo:
     """Log in once with kubernetes-asyncio and give kopf the same credentials."""
     creds = await kube.login(settings.kube.kubeconfig)
     return kopf.ConnectionInfo(**dataclasses.asdict(creds))
+
+
+def caches_from_memo(memo: Any) -> Caches:
+    """The shared caches `lifecycle.connect` created (before any watch starts)."""
+    caches = getattr(memo, "caches", None)
+    if not isinstance(caches, Caches):
+        raise kopf.PermanentError("the caches are missing: load handlers.lifecycle")
+    return caches
+
+
+async def wait_for_driver(memo: Any, *, timeout: float) -> None:
+    """Let a controller's start-up wait for `lifecycle.connect` (kopf runs them concurrently)."""
+    deadline = time.monotonic() + timeout
+    while getattr(memo, "driver", None) is None:
+        if time.monotonic() > deadline:
+            raise kopf.PermanentError(
+                f"the CSI driver was not connected within {timeout:g}s: load handlers.lifecycle"
+            )
+        await asyncio.sleep(0.02)

@@ -13,7 +13,16 @@ import os
 import pathlib
 from collections.abc import Mapping
 
-__all__ = ["CSISettings", "KubeSettings", "Settings", "SettingsError"]
+from kopf_csi.provisioning.options import ProvisionerOptions
+
+__all__ = [
+    "CSISettings",
+    "KubeSettings",
+    "ProvisionerOptions",
+    "Settings",
+    "SettingsError",
+    "WorkerSettings",
+]
 
 
 class SettingsError(ValueError):
@@ -39,9 +48,17 @@ class KubeSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class WorkerSettings:
+    provisioner: int = 100
+    """Claims provisioned at once, and volumes deleted at once: `--worker-threads` (100)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     csi: CSISettings = dataclasses.field(default_factory=CSISettings)
     kube: KubeSettings = dataclasses.field(default_factory=KubeSettings)
+    provisioner: ProvisionerOptions = dataclasses.field(default_factory=ProvisionerOptions)
+    workers: WorkerSettings = dataclasses.field(default_factory=WorkerSettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

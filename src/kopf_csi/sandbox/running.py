@@ -117,15 +117,23 @@ FOLLOWED = ("persistentvolumeclaims", "persistentvolumes", "volumeattachments")
 async def _follow(feed: Subscription, tracker: Tracker, *, until: Any, timeout: float) -> bool:
     """Print changes until `until()` is true (True) or the timeout passes (False)."""
     deadline = time.monotonic() + timeout
-    while not until():
+    done = until()
+    while not done:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
         with contextlib.suppress(TimeoutError):
-            for change in await asyncio.wait_for(feed.batch(), remaining):
-                for line in tracker.lines(change.type, change.kind.plural, change.object):
-                    print(line, flush=True)
+            _show(tracker, await asyncio.wait_for(feed.batch(), remaining))
+        done = until()
+    while feed.pending:  # what happened along with the last change
+        _show(tracker, await feed.batch())
     return True
+
+
+def _show(tracker: Tracker, changes: Sequence[Any]) -> None:
+    for change in changes:
+        for line in tracker.lines(change.type, change.kind.plural, change.object):
+            print(line, flush=True)
 
 
 def _fresh(path: str) -> pathlib.Path:
@@ -168,7 +176,8 @@ async def run(args: argparse.Namespace) -> int:
                 print("kopf-csi sandbox\n" + format_checks(checks), flush=True)
                 if not all(check.ok for check in checks):
                     return 1
-                await _demo(cluster, api, examples, timeout=args.timeout)
+                if not await _demo(cluster, api, examples, timeout=args.timeout):
+                    return 1
                 if args.serve:
                     print(
                         f"\nserving until Ctrl-C. Try:\n  kubectl --kubeconfig {kubeconfig} "
@@ -184,20 +193,27 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _demo(
     cluster: EmulatedCluster, api: kube.KubeClient, examples: pathlib.Path, *, timeout: float
-) -> None:
+) -> bool:
     """Apply the examples and narrate what happens to each claim, volume and attachment."""
     tracker = Tracker()
     with cluster.subscribe(*FOLLOWED) as feed:
         print(f"\napplying {', '.join(EXAMPLES)} from {examples}:", flush=True)
         await _apply(api, examples, EXAMPLES)
         bound = await _follow(feed, tracker, until=_all_claims(cluster, _is_bound), timeout=timeout)
-    if not bound:
-        print(
-            f"\nclaims still not Bound after {timeout:g}s: the provisioner is not built yet "
-            "(issue 3); the emulated API, the controller-manager stand-in, the driver and the "
-            "operator are all answering.",
-            flush=True,
+        if not bound:
+            print(f"\nclaims still not Bound after {timeout:g}s", flush=True)
+            return False
+        print("\ndeleting the pod and the claims:", flush=True)
+        await api.delete(RESOURCES["Pod"], "app", "default")
+        for claim in cluster.objects("persistentvolumeclaims"):
+            await api.delete(kube.CLAIMS, claim["metadata"]["name"], "default")
+        gone = await _follow(
+            feed, tracker, until=lambda: not cluster.objects("persistentvolumes"), timeout=timeout
         )
+        if not gone:
+            print(f"\nvolumes still not deleted after {timeout:g}s", flush=True)
+            return False
+    return True
 
 
 def _is_bound(claim: dict[str, Any]) -> bool:

@@ -23,7 +23,7 @@ from kopf_csi.settings import Settings
 
 __all__ = ["DEFAULT_MODULES", "OperatorThread", "running_operator"]
 
-DEFAULT_MODULES = ("handlers.lifecycle",)
+DEFAULT_MODULES = ("handlers.lifecycle", "handlers.caches", "handlers.provisioner")
 
 
 class OperatorThread:

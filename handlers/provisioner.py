@@ -1,0 +1,92 @@
+"""external-provisioner as kopf handlers: claims become volumes, released volumes are deleted.
+
+Thin on purpose. kopf's watches feed the caches and two work queues (claims, volumes), as the
+Go library's informers feed its two queues; the operations live in
+`kopf_csi.provisioning.operations`. Watch-event handlers write nothing on the objects (no kopf
+annotations on users' claims), and the queues do the retrying: 1 s doubling to 5 min per key,
+forever while the object lives, as the Go sidecar with `FailedProvisionThreshold(0)`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import kopf
+
+from kopf_csi import runtime
+from kopf_csi.caches import object_key
+from kopf_csi.provisioning.naming import provisioner_identity
+from kopf_csi.provisioning.operations import Provisioner
+from kopf_csi.queueing import WorkQueue
+
+
+@kopf.on.startup(id="provisioner.start")
+async def start(memo: kopf.Memo, **_: Any) -> None:
+    settings = runtime.settings_from_memo(memo)
+    await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    if not memo.driver.has_controller("CREATE_DELETE_VOLUME"):
+        raise kopf.PermanentError("the CSI driver does not support CREATE_DELETE_VOLUME")
+    options = settings.provisioner
+    provisioner = Provisioner(
+        csi_client=memo.csi,
+        api=memo.api,
+        recorder=memo.recorder,
+        caches=memo.caches,
+        driver=memo.driver,
+        options=options,
+        identity=provisioner_identity(
+            driver_name=memo.driver.name,
+            millis=int(time.time() * 1000),
+            random_number=random.randrange(10000),
+        ),
+    )
+    memo.provisioner = provisioner
+    memo.claims_queue = WorkQueue(
+        name="claims",
+        process=provisioner.sync_claim,
+        workers=settings.workers.provisioner,
+        backoff_start=options.retry_interval_start,
+        backoff_max=options.retry_interval_max,
+    )
+    memo.volumes_queue = WorkQueue(
+        name="volumes",
+        process=provisioner.sync_volume,
+        workers=settings.workers.provisioner,
+        backoff_start=options.retry_interval_start,
+        backoff_max=options.retry_interval_max,
+    )
+    memo.claims_queue.start()
+    memo.volumes_queue.start()
+    for volume in memo.caches.volumes:  # the primed cache: finalizers and pending deletions
+        memo.volumes_queue.add(object_key(volume))
+
+
+@kopf.on.cleanup(id="provisioner.stop")
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    for name in ("claims_queue", "volumes_queue"):
+        queue = getattr(memo, name, None)
+        if queue is not None:
+            await queue.stop(grace=5.0)
+
+
+@kopf.on.event("", "v1", "persistentvolumeclaims", id="provisioner.claims")
+def claim_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+    claim = event["object"]
+    if event.get("type") == "DELETED":
+        memo.caches.claims.remove(claim)
+    else:
+        memo.caches.claims.store(claim)
+    memo.claims_queue.add(object_key(claim))
+
+
+@kopf.on.event("", "v1", "persistentvolumes", id="provisioner.volumes")
+def volume_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+    volume = event["object"]
+    if event.get("type") == "DELETED":
+        memo.caches.volumes.remove(volume)
+        memo.volumes_queue.discard(object_key(volume))
+        return
+    memo.caches.volumes.store(volume)
+    memo.volumes_queue.add(object_key(volume))

@@ -1,0 +1,385 @@
+"""A rate-limited work queue: the asyncio port of client-go's `workqueue` every controller runs on.
+
+What belongs here: keys waiting to be processed, a fixed set of workers, per-key retries with
+exponential backoff, delayed adds, and the counts a metrics module reads. What does not: what
+a key means, reading or writing objects, kopf, or the Kubernetes client. Those are the
+`process` coroutine's business; it returns an `Outcome` saying what happens to the key next.
+
+The guarantees are client-go's (`k8s.io/client-go/util/workqueue`):
+
+- a key is queued at most once: adding a queued key does nothing (dedupe);
+- a key is never processed by two workers at once: a key added while it is being processed is
+  marked dirty and queued again when that run finishes, so events are never lost;
+- keys are taken in the order they were first queued (FIFO);
+- a failing key is retried forever with its own exponential backoff (1 s doubling to 5 min by
+  default: the sidecars' `--retry-interval-start/-max`, see `kopf_csi.provisioning.backoff`);
+  a success forgets its failures. external-attacher ignores `isFinalError` and retries every
+  error this way; external-provisioner retries a live claim forever (#154 → PR #216).
+
+Where this port decides differently from client-go, it is for fewer redundant runs, and safe
+because `process` is level-triggered (it looks at the object's state now, not at the event):
+
+- an immediate `add()` supersedes a pending delayed add of the same key (the run it causes
+  decides the next one), and so does a re-add that arrives while the key is processing: the
+  key runs again at once, and that run's outcome counts instead of the superseded retry;
+- `discard()` also drops the outcome of a run in flight, so a deleted object is not retried.
+
+Fairness between concerns comes from separate queues, not priorities: each concern gets its own
+queue with its own workers (attach and detach one each, claims and volumes one each), so a
+burst of one kind cannot starve another. That is external-attacher issue #761 (detach bursts
+starving attach in its single shared VA queue) and #706 (a backlog nobody could see: hence
+`depth`, `in_flight`, `pending_delayed` and `on_depth`).
+
+Delayed adds are the event loop's timers (`call_later`), not a sleeping task per key, so 10,000
+backing-off keys cost 10,000 timer handles and no tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import functools
+import math
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, Protocol, TypeVar
+
+import structlog
+
+from kopf_csi.provisioning.backoff import next_delay
+
+__all__ = ["DONE", "RETRY", "Clock", "Outcome", "WorkQueue", "next_delay", "retry_after"]
+
+logger = structlog.get_logger("kopf_csi.queueing")
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What happens to a key after `process` returns: forget it, or run it again later."""
+
+    retry: bool
+    delay: float | None = None
+    """An explicit delay in seconds (`retry_after`); None with `retry`: the per-key backoff."""
+
+
+DONE = Outcome(retry=False)
+"""Success: forget the key's failures; it runs again only when added again."""
+
+RETRY = Outcome(retry=True)
+"""A failure: count it and run the key again after its backoff (1 s, 2 s, 4 s … 5 min)."""
+
+
+def retry_after(seconds: float) -> Outcome:
+    """Run the key again after exactly `seconds`, leaving its failure count as it is.
+
+    Neither bumped nor reset, because an explicit delay is not a verdict on the attempt: for
+    the infeasible slow retry (5 min) the backoff should not grow behind it, and for "still in
+    progress, look again soon" it should not be forgotten either. Only `RETRY` counts a failure
+    and only `DONE` (or `forget()`) clears the count.
+    """
+    if not seconds >= 0:  # also rejects NaN
+        raise ValueError(f"a retry delay must be a non-negative number, not {seconds!r}")
+    return Outcome(retry=True, delay=seconds)
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """The two things the queue needs of the event loop; a seam for tests (a fake clock)."""
+
+    def time(self) -> float: ...
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Cancellable: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class _Delayed:
+    when: float
+    handle: Cancellable
+
+
+class WorkQueue(Generic[K]):
+    """Keys to process, each by one worker at a time, with per-key retries and backoff."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        process: Callable[[K], Awaitable[Outcome]],
+        workers: int = 1,
+        backoff_start: float = 1.0,
+        backoff_max: float = 300.0,
+        on_depth: Callable[[str, int], None] | None = None,
+        clock: Clock | None = None,  # for tests; the running loop otherwise
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"a work queue needs at least one worker, not {workers}")
+        if not 0 < backoff_start <= backoff_max:
+            raise ValueError(f"backoff needs 0 < start <= max, not {backoff_start}, {backoff_max}")
+        self.name = name
+        self.workers = workers
+        self.backoff_start = backoff_start
+        self.backoff_max = backoff_max
+        self._process = process
+        self._on_depth = on_depth
+        self._clock = clock
+
+        # An OrderedDict is a FIFO with O(1) removal by key (for `discard`).
+        self._queue: collections.OrderedDict[K, None] = collections.OrderedDict()
+        self._dirty: set[K] = set()  # queued, or re-added while processing
+        self._processing: set[K] = set()
+        self._discarded: set[K] = set()  # processing now, and its outcome must be dropped
+        self._delayed: dict[K, _Delayed] = {}
+        self._failures: dict[K, int] = {}
+
+        # One token per push; a discarded key leaves a stale token, which only costs a worker
+        # a spurious wake-up (it finds the queue empty and waits again).
+        self._available = asyncio.Semaphore(0)
+        self._watchers: list[asyncio.Future[None]] = []  # `wait_idle` callers
+        self._tasks: list[asyncio.Task[None]] = []
+        self._busy: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # -- observing ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def depth(self) -> int:
+        """Keys queued now, waiting for a worker (client-go's `depth` metric)."""
+        return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        """Keys being processed now (at most `workers`)."""
+        return len(self._processing)
+
+    @property
+    def pending_delayed(self) -> int:
+        """Keys waiting for a delayed add: retries and `add_after`."""
+        return len(self._delayed)
+
+    def failures(self, key: K) -> int:
+        """Consecutive `RETRY` outcomes (and exceptions) of the key since its last `DONE`."""
+        return self._failures.get(key, 0)
+
+    # -- adding and removing -----------------------------------------------------------------
+
+    def add(self, key: K) -> None:
+        """Queue the key now, unless it is queued already; never resets its failure count."""
+        if self._closed:
+            return
+        self._cancel_delayed(key)
+        self._discarded.discard(key)
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if True:  # otherwise, re-queued when its current run finishes
+            self._push(key)
+
+    def add_after(self, key: K, delay: float) -> None:
+        """Queue the key after `delay` seconds; of two delayed adds of a key, the sooner stays."""
+        if self._closed:
+            return
+        if delay <= 0:
+            self.add(key)
+            return
+        clock = self._get_clock()
+        when = clock.time() + delay
+        existing = self._delayed.get(key)
+        if existing is not None:
+            if existing.when <= when:
+                return
+            existing.handle.cancel()
+        handle = clock.call_later(delay, functools.partial(self._fire, key))
+        self._delayed[key] = _Delayed(when=when, handle=handle)
+        self._notify()
+
+    def forget(self, key: K) -> None:
+        """Reset the key's failure count, so its next failure waits `backoff_start` again."""
+        self._failures.pop(key, None)
+
+    def discard(self, key: K) -> None:
+        """Drop everything pending for the key (its object is gone): queued, delayed, retries.
+
+        A run in flight cannot be taken back, but its outcome is dropped, unless the key is
+        added again meanwhile.
+        """
+        self._cancel_delayed(key)
+        self._failures.pop(key, None)
+        self._dirty.discard(key)
+        if key in self._queue:
+            del self._queue[key]
+            self._depth_changed()
+        if key in self._processing:
+            self._discarded.add(key)
+        self._notify()
+
+    def _push(self, key: K) -> None:
+        self._queue[key] = None
+        self._available.release()
+        self._depth_changed()
+        self._notify()
+
+    def _fire(self, key: K) -> None:
+        self._delayed.pop(key, None)
+        self.add(key)
+
+    def _cancel_delayed(self, key: K) -> None:
+        delayed = self._delayed.pop(key, None)
+        if delayed is not None:
+            delayed.handle.cancel()
+
+    # -- processing --------------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        while not self._closed:
+            await self._available.acquire()
+            if not self._queue:
+                continue  # a stale token of a discarded key
+            key, _ = self._queue.popitem(last=False)
+            self._dirty.discard(key)
+            self._processing.add(key)
+            self._depth_changed()
+            self._busy.add(task)
+            try:
+                outcome = await self._run(key)
+            except asyncio.CancelledError:
+                # Stopped past the grace period: the run counts as neither done nor failed.
+                logger.warning("work_cancelled", queue=self.name, key=key)
+                self._processing.discard(key)
+                self._discarded.discard(key)
+                raise
+            finally:
+                self._busy.discard(task)
+            self._finish(key, outcome)
+
+    async def _run(self, key: K) -> Outcome:
+        try:
+            return await self._process(key)
+        except Exception as exc:
+            # A bug or an unclassified error: retry it like a failure, never lose the key.
+            # The traceback is worth its noise: `process` should return outcomes for the
+            # errors it expects, so whatever reaches here is unexpected.
+            logger.warning(
+                "work_failed",
+                queue=self.name,
+                key=key,
+                error=str(exc),
+                error_type=type(exc).__name__,
+                failures=self.failures(key) + 1,
+                exc_info=exc,
+            )
+            return RETRY
+
+    def _finish(self, key: K, outcome: Outcome) -> None:
+        self._processing.discard(key)
+        if key in self._discarded:
+            self._discarded.discard(key)
+            self._failures.pop(key, None)
+            self._notify()
+            return
+
+        delay: float | None = None
+        if not outcome.retry:
+            self._failures.pop(key, None)
+        elif outcome.delay is not None:
+            delay = outcome.delay
+        else:
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            delay = next_delay(failures, start=self.backoff_start, maximum=self.backoff_max)
+
+        if key in self._dirty:
+            self._push(key)  # re-added during the run: that supersedes the retry's delay
+        elif delay is not None:
+            logger.debug("work_retry", queue=self.name, key=key, delay=delay)
+            self.add_after(key, delay)
+        self._notify()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the workers; call it in the running loop. Keys added before are kept."""
+        if self._closed or self._tasks:
+            raise RuntimeError(f"work queue {self.name!r} cannot start twice")
+        self._tasks = [
+            asyncio.create_task(self._worker(), name=f"{self.name}-worker-{index}")
+            for index in range(self.workers)
+        ]
+
+    async def stop(self, *, grace: float = 5.0) -> None:
+        """Stop: drop queued and delayed keys, let runs in flight finish within `grace`, cancel.
+
+        The queue ignores adds from now on; it does not start again.
+        """
+        self._closed = True
+        for delayed in self._delayed.values():
+            delayed.handle.cancel()
+        self._delayed.clear()
+        self._queue.clear()
+        self._dirty.clear()
+        self._depth_changed()
+        try:
+            for task in self._tasks:
+                if task not in self._busy:
+                    task.cancel()  # idle: waiting for a key that will never come
+            busy = set(self._busy)
+            if busy:
+                await asyncio.wait(busy, timeout=grace)
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks.clear()
+            self._notify()
+
+    async def __aenter__(self) -> WorkQueue[K]:
+        self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
+
+    async def wait_idle(self, *, within: float = 0.0) -> None:
+        """Wait until nothing is queued, in flight, or delayed to come in `within` seconds.
+
+        With the default, pending retries do not count. With `within=math.inf`, every delayed
+        add counts, so a key failing forever never lets this return. It returns at once on a
+        stopped queue (nothing will change any more).
+        """
+        while not self._is_idle(within=within):
+            future = asyncio.get_running_loop().create_future()
+            self._watchers.append(future)
+            await future
+
+    def _is_idle(self, *, within: float) -> bool:
+        if self._closed and not self._tasks:
+            return True
+        if self._queue or self._processing:
+            return False
+        if not self._delayed:
+            return True
+        if math.isinf(within):
+            return False
+        horizon = self._get_clock().time() + within
+        return all(delayed.when > horizon for delayed in self._delayed.values())
+
+    def _notify(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for future in watchers:
+            if not future.done():
+                future.set_result(None)
+
+    def _depth_changed(self) -> None:
+        if self._on_depth is not None:
+            self._on_depth(self.name, len(self._queue))
+
+    def _get_clock(self) -> Clock:
+        return self._clock if self._clock is not None else asyncio.get_running_loop()
