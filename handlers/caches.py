@@ -2,7 +2,8 @@
 
 `lifecycle.connect` primes the caches with one LIST per kind before any controller starts (the
 Go sidecars' WaitForCacheSync); these handlers apply every later change. Watch-event handlers
-store nothing on the objects and are never retried, which is right for a cache.
+store nothing on the objects and are never retried, which is right for a cache. They are
+coroutines so that kopf runs them in its loop, not in executor threads.
 """
 
 from __future__ import annotations
@@ -24,20 +25,20 @@ def _apply(memo: kopf.Memo, cache_name: str, event: kopf.RawEvent) -> None:
 
 
 @kopf.on.event("storage.k8s.io", "v1", "storageclasses", id="caches.storageclasses")
-def storage_classes(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def storage_classes(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     _apply(memo, "storage_classes", event)
 
 
 @kopf.on.event("storage.k8s.io", "v1", "csinodes", id="caches.csinodes")
-def csinodes(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def csinodes(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     _apply(memo, "csinodes", event)
 
 
 @kopf.on.event("", "v1", "nodes", id="caches.nodes")
-def nodes(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def nodes(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     _apply(memo, "nodes", event)
 
 
 @kopf.on.event("storage.k8s.io", "v1", "volumeattachments", id="caches.volumeattachments")
-def attachments(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def attachments(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     _apply(memo, "attachments", event)

@@ -38,6 +38,7 @@ async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         await client.close()
         raise kopf.PermanentError(f"cannot start without the CSI driver: {exc}") from exc
     memo.csi = client
+    memo.stoppers = []  # controllers' shutdown coroutines, run before the clients close
     memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
     memo.recorder = events.Recorder(api, component=events.component_name(info.name))
     memo.caches = caches = Caches()
@@ -68,6 +69,13 @@ async def _prime(api: kube.KubeClient, caches: Caches) -> None:
 
 @kopf.on.cleanup(id="lifecycle.disconnect")
 async def disconnect(memo: kopf.Memo, **_: Any) -> None:
+    # kopf runs cleanup handlers concurrently: the controllers stop here, first, so that no
+    # operation is cut off by a closed client.
+    for stop in reversed(getattr(memo, "stoppers", [])):
+        try:
+            await stop()
+        except Exception as exc:
+            log.warning("controller_stop_failed", error=str(exc))
     client = getattr(memo, "csi", None)
     if client is not None:
         await client.close()

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
+import structlog
 
 from kopf_csi import runtime
 from kopf_csi.caches import object_key
+from kopf_csi.provisioning.journal import Journal, journal_name
 from kopf_csi.provisioning.naming import provisioner_identity
 from kopf_csi.provisioning.operations import Provisioner
 from kopf_csi.queueing import WorkQueue
+
+log = structlog.get_logger("kopf_csi.provisioner")
 
 
 @kopf.on.startup(id="provisioner.start")
@@ -29,6 +34,9 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     if not memo.driver.has_controller("CREATE_DELETE_VOLUME"):
         raise kopf.PermanentError("the CSI driver does not support CREATE_DELETE_VOLUME")
     options = settings.provisioner
+    journal = Journal(
+        memo.api, namespace=settings.kube.namespace, name=journal_name(memo.driver.name)
+    )
     provisioner = Provisioner(
         csi_client=memo.csi,
         api=memo.api,
@@ -41,6 +49,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
             millis=int(time.time() * 1000),
             random_number=random.randrange(10000),
         ),
+        journal=journal,
     )
     memo.provisioner = provisioner
     memo.claims_queue = WorkQueue(
@@ -59,30 +68,43 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     )
     memo.claims_queue.start()
     memo.volumes_queue.start()
+    memo.stoppers.append(_stopper(memo))
     for volume in memo.caches.volumes:  # the primed cache: finalizers and pending deletions
         memo.volumes_queue.add(object_key(volume))
+    for key in await provisioner.resume():  # claims whose CreateVolume may have run
+        memo.claims_queue.add(key)
 
 
-@kopf.on.cleanup(id="provisioner.stop")
-async def stop(memo: kopf.Memo, **_: Any) -> None:
-    for name in ("claims_queue", "volumes_queue"):
-        queue = getattr(memo, name, None)
-        if queue is not None:
-            await queue.stop(grace=5.0)
+def _stopper(memo: kopf.Memo) -> Callable[[], Awaitable[None]]:
+    """Stop the queues, then flush the journal: run by `lifecycle` before it closes clients."""
+
+    async def stop() -> None:
+        await memo.claims_queue.stop(grace=5.0)
+        await memo.volumes_queue.stop(grace=5.0)
+        try:
+            await memo.provisioner.journal.close()
+        except Exception as exc:
+            # Only removals can be pending here; the next start re-checks every record.
+            log.warning("journal_not_flushed", error=str(exc))
+
+    return stop
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", id="provisioner.claims")
-def claim_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def claim_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     claim = event["object"]
     if event.get("type") == "DELETED":
         memo.caches.claims.remove(claim)
     else:
         memo.caches.claims.store(claim)
-    memo.claims_queue.add(object_key(claim))
+    key = object_key(claim)
+    if claim.get("spec", {}).get("volumeName") and key not in memo.provisioner.in_progress:
+        return  # bound: nothing to provision (the Go library's first check, done before queueing)
+    memo.claims_queue.add(key)
 
 
 @kopf.on.event("", "v1", "persistentvolumes", id="provisioner.volumes")
-def volume_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def volume_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     volume = event["object"]
     if event.get("type") == "DELETED":
         memo.caches.volumes.remove(volume)

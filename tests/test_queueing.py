@@ -12,6 +12,7 @@ We test these aspects:
 - delayed adds: the sooner of two stays, an immediate add supersedes them;
 - fairness: a burst of 1,000 keys on one queue does not delay another queue;
 - stopping: in-flight work finishes within the grace period, or is cancelled after it;
+- adds from another thread (kopf's sync handlers) hop onto the loop;
 - `wait_idle()`, with and without a window for delayed adds; the depth callback.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -306,10 +308,11 @@ async def test_discard_during_a_run_drops_its_retry_unless_added_again() -> None
         queue.discard("gone")
         queue.discard("back")
         queue.add("back")
-        process.outcome = DONE
         process.released.set()
         await queue.wait_idle()
-        assert queue.pending_delayed == 0
+        # "gone" left no retry; "back" re-ran at once, and only its re-run's retry is pending.
+        assert (queue.failures("gone"), queue.failures("back")) == (0, 2)
+        assert [timer.delay for timer in clock.pending] == [2]
     assert sorted(process.calls) == ["back", "back", "gone"]
 
 
@@ -452,6 +455,27 @@ async def test_the_depth_callback_sees_every_change() -> None:
 def test_invalid_settings_are_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"worker|backoff"):
         WorkQueue[str](name="q", process=Recorder(), **kwargs)
+
+
+async def test_adds_from_another_thread_hop_onto_the_loop() -> None:
+    process = Recorder()
+    async with WorkQueue[str](name="q", process=process) as queue:
+        seen_in_thread: list[int] = []
+
+        def sync_handler() -> None:  # what kopf runs in its executor threads
+            queue.add("a")
+            queue.add_after("b", 0.001)
+            seen_in_thread.append(queue.depth + queue.pending_delayed)
+
+        # Joined while blocking the loop on purpose: the hopped calls cannot have run yet.
+        thread = threading.Thread(target=sync_handler)
+        thread.start()
+        thread.join()
+        assert seen_in_thread == [0]
+        await asyncio.sleep(0)  # one loop iteration runs the hopped calls
+        assert queue.depth + queue.pending_delayed == 2
+        await queue.wait_idle(within=math.inf)
+    assert process.calls == ["a", "b"]
 
 
 def test_next_delay_is_the_provisioner_backoff() -> None:

@@ -21,6 +21,7 @@ import kubernetes_asyncio.config
 
 __all__ = [
     "CLAIMS",
+    "CONFIGMAPS",
     "CSIDRIVERS",
     "CSINODES",
     "EVENTS",
@@ -72,6 +73,7 @@ CLAIMS = Resource("", "v1", "persistentvolumeclaims", namespaced=True)
 VOLUMES = Resource("", "v1", "persistentvolumes", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 SECRETS = Resource("", "v1", "secrets", namespaced=True)
+CONFIGMAPS = Resource("", "v1", "configmaps", namespaced=True)
 EVENTS = Resource("", "v1", "events", namespaced=True)
 STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", namespaced=False)
 VOLUME_ATTACHMENTS = Resource("storage.k8s.io", "v1", "volumeattachments", namespaced=False)

@@ -30,6 +30,10 @@ burst of one kind cannot starve another. That is external-attacher issue #761 (d
 starving attach in its single shared VA queue) and #706 (a backlog nobody could see: hence
 `depth`, `in_flight`, `pending_delayed` and `on_depth`).
 
+kopf runs sync handlers in executor threads, so `add`, `add_after`, `forget` and `discard`
+called from another thread than the started queue's loop hop onto the loop
+(`call_soon_threadsafe`) and take effect there, in the order they were called.
+
 Delayed adds are the event loop's timers (`call_later`), not a sleeping task per key, so 10,000
 backing-off keys cost 10,000 timer handles and no tasks.
 """
@@ -41,6 +45,7 @@ import collections
 import dataclasses
 import functools
 import math
+import threading
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
@@ -143,6 +148,8 @@ class WorkQueue(Generic[K]):
         self._tasks: list[asyncio.Task[None]] = []
         self._busy: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None
 
     # -- observing ---------------------------------------------------------------------------
 
@@ -172,6 +179,8 @@ class WorkQueue(Generic[K]):
 
     def add(self, key: K) -> None:
         """Queue the key now, unless it is queued already; never resets its failure count."""
+        if self._hopped(self.add, key):
+            return
         if self._closed:
             return
         self._cancel_delayed(key)
@@ -179,11 +188,13 @@ class WorkQueue(Generic[K]):
         if key in self._dirty:
             return
         self._dirty.add(key)
-        if True:  # otherwise, re-queued when its current run finishes
+        if key not in self._processing:  # otherwise, re-queued when its current run finishes
             self._push(key)
 
     def add_after(self, key: K, delay: float) -> None:
         """Queue the key after `delay` seconds; of two delayed adds of a key, the sooner stays."""
+        if self._hopped(self.add_after, key, delay):
+            return
         if self._closed:
             return
         if delay <= 0:
@@ -202,6 +213,8 @@ class WorkQueue(Generic[K]):
 
     def forget(self, key: K) -> None:
         """Reset the key's failure count, so its next failure waits `backoff_start` again."""
+        if self._hopped(self.forget, key):
+            return
         self._failures.pop(key, None)
 
     def discard(self, key: K) -> None:
@@ -210,6 +223,8 @@ class WorkQueue(Generic[K]):
         A run in flight cannot be taken back, but its outcome is dropped, unless the key is
         added again meanwhile.
         """
+        if self._hopped(self.discard, key):
+            return
         self._cancel_delayed(key)
         self._failures.pop(key, None)
         self._dirty.discard(key)
@@ -219,6 +234,13 @@ class WorkQueue(Generic[K]):
         if key in self._processing:
             self._discarded.add(key)
         self._notify()
+
+    def _hopped(self, method: Callable[..., None], *args: object) -> bool:
+        """From a foreign thread (a sync kopf handler): schedule the call on the loop instead."""
+        if self._loop is None or threading.get_ident() == self._thread:
+            return False
+        self._loop.call_soon_threadsafe(method, *args)
+        return True
 
     def _push(self, key: K) -> None:
         self._queue[key] = None
@@ -309,6 +331,8 @@ class WorkQueue(Generic[K]):
         """Start the workers; call it in the running loop. Keys added before are kept."""
         if self._closed or self._tasks:
             raise RuntimeError(f"work queue {self.name!r} cannot start twice")
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
         self._tasks = [
             asyncio.create_task(self._worker(), name=f"{self.name}-worker-{index}")
             for index in range(self.workers)

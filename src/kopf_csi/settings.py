@@ -46,6 +46,9 @@ class KubeSettings:
     kubeconfig: pathlib.Path | None = None
     """`--kubeconfig`; empty means in-cluster, then the usual kubeconfig locations."""
 
+    namespace: str = "default"
+    """The operator's own namespace (`$POD_NAMESPACE`): its Lease and in-flight journal."""
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSettings:
@@ -70,7 +73,10 @@ class Settings:
             connect_timeout=_seconds(env, "CSI_CONNECT_TIMEOUT", CSISettings.connect_timeout),
         )
         kubeconfig = env.get("KUBECONFIG")
-        kube = KubeSettings(kubeconfig=pathlib.Path(kubeconfig) if kubeconfig else None)
+        kube = KubeSettings(
+            kubeconfig=pathlib.Path(kubeconfig) if kubeconfig else None,
+            namespace=env.get("POD_NAMESPACE") or KubeSettings.namespace,
+        )
         return cls(csi=csi, kube=kube)
 
 

@@ -30,6 +30,7 @@ from kopf_csi.provisioning import (
     topology,
 )
 from kopf_csi.provisioning.errors import IgnoredError, ProvisioningError
+from kopf_csi.provisioning.journal import Journal, JournalError
 from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.provisioning.states import (
     ProvisioningState,
@@ -61,6 +62,7 @@ class Provisioner:
         driver: DriverInfo,
         options: ProvisionerOptions,
         identity: str,
+        journal: Journal | None = None,
     ) -> None:
         self.csi = csi_client
         self.api = api
@@ -69,6 +71,7 @@ class Provisioner:
         self.driver = driver
         self.options = options
         self.identity = identity
+        self.journal = journal
         self.supports_topology = topology.supports_topology(driver.plugin_capabilities)
         self.in_progress: dict[str, Body] = {}
         """Claims whose CreateVolume may still run on the driver (claimsInProgress)."""
@@ -179,6 +182,11 @@ class Provisioner:
             accessibility_requirements=requirement,
             volume_attributes_class=vac,
         )
+        if self.journal is not None:
+            try:
+                await self.journal.record(claim)
+            except JournalError as exc:
+                raise ProvisioningError(str(exc), state=ProvisioningState.NO_CHANGE) from exc
         response = await self.csi.create_volume(request)
         if response.volume is None:
             raise ProvisioningError(
@@ -237,6 +245,7 @@ class Provisioner:
             self.in_progress[key] = claim
         elif outcome.state is ProvisioningState.FINISHED:
             self.in_progress.pop(key, None)
+            self._release(claim)
         await self.recorder.post(
             claim,
             type_=events.WARNING,
@@ -279,6 +288,30 @@ class Provisioner:
         self.in_progress.pop(key, None)
         self.slow_retries.pop(key, None)
         self.topology_memos.pop(_uid(claim), None)
+        self._release(claim)
+
+    def _release(self, claim: Body) -> None:
+        if self.journal is not None:
+            self.journal.release(_uid(claim))
+
+    async def resume(self) -> list[str]:
+        """After a restart: remember the journal's claims that were deleted meanwhile.
+
+        Returns their keys, to be queued: their CreateVolume may have run, so they are
+        provisioned to the end (and then released and deleted) instead of being forgotten.
+        """
+        if self.journal is None:
+            return []
+        keys = []
+        for uid, claim in (await self.journal.load()).items():
+            meta = claim.get("metadata", {})
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            current = await self.api.get(kube.CLAIMS, meta.get("name", ""), meta.get("namespace"))
+            if current is None or _uid(current) != uid:
+                self.in_progress[key] = claim
+                log.info("resuming_deleted_claim", claim=key, uid=uid)
+            keys.append(key)
+        return keys
 
     def _volume_name(self, claim: Body) -> str:
         return naming.claim_volume_name(

@@ -80,6 +80,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("", "v1", "persistentvolumes", "PersistentVolume", False, status=True),
     Kind("", "v1", "nodes", "Node", False),
     Kind("", "v1", "secrets", "Secret", True),
+    Kind("", "v1", "configmaps", "ConfigMap", True),
     Kind("", "v1", "events", "Event", True),
     Kind("", "v1", "pods", "Pod", True),
     Kind("", "v1", "namespaces", "Namespace", False),

@@ -1,0 +1,195 @@
+"""In-flight claims survive an operator restart: no leaked backend volume (upstream #486).
+
+We test these aspects:
+- the claim is recorded in the journal ConfigMap before CreateVolume reaches the driver;
+- an operator restarted after the claim was deleted finishes the claim's volume (PV created,
+  Released, deleted) so that the driver ends with no volume, and the record is dropped;
+- a successful provisioning leaves no record behind;
+- a journal that cannot be written stops CreateVolume (nothing is sent unrecorded), with a
+  ProvisioningFailed event, and the claim is provisioned once the API recovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kopf_csi.csi import CSIClient
+from kopf_csi.csi import messages as csi
+from kopf_csi.driver import Driver
+from kopf_csi.provisioning.journal import journal_name
+from kopf_csi.settings import Settings
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.kcm import ControllerManager
+from kopf_csi.testing.operator import OperatorThread
+
+from ..conftest import DRIVER_NAME
+
+JOURNAL = journal_name(DRIVER_NAME)
+
+
+async def _until(predicate: Callable[[], Any], *, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout}s: {predicate}")
+        await asyncio.sleep(0.02)
+
+
+def _seed(cluster: EmulatedCluster) -> None:
+    cluster.create(
+        "storageclasses",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": "fast"},
+            "provisioner": DRIVER_NAME,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+        },
+    )
+    cluster.create(
+        "nodes",
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "labels": {
+            "topology.hostpath.csi.kopf.dev/node": "node-1"}}},
+    )  # fmt: skip
+    cluster.create(
+        "csinodes",
+        {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "node-1"},
+         "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1",
+                               "topologyKeys": ["topology.hostpath.csi.kopf.dev/node"]}]}},
+    )  # fmt: skip
+
+
+def _claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "fast",
+            "resources": {"requests": {"storage": "1Mi"}},
+        },
+    }
+
+
+def _journal(cluster: EmulatedCluster) -> dict[str, Any]:
+    config_map = cluster.get("configmaps", "default", JOURNAL)
+    return {k: json.loads(v) for k, v in ((config_map or {}).get("data") or {}).items()}
+
+
+async def test_deleted_claim_is_finished_after_a_restart(
+    cluster: EmulatedCluster,
+    kcm: ControllerManager,
+    driver: Driver,
+    settings: Settings,
+    socket_path: pathlib.Path,
+) -> None:
+    _seed(cluster)
+    driver.faults.hang("CreateVolume")  # the call is on its way when the operator dies
+    first = OperatorThread(settings=settings)
+    await first.start()
+    claim = cluster.create("persistentvolumeclaims", _claim("data"), namespace="default")
+    uid = claim["metadata"]["uid"]
+    recorded = await _until(lambda: _journal(cluster).get(uid))
+    assert recorded["metadata"]["name"] == "data"
+    assert recorded["spec"]["resources"]["requests"]["storage"] == "1Mi"
+    await first.stop()
+
+    # What the interrupted call did on the driver: it created the volume after all.
+    driver.faults.clear()
+    async with CSIClient(str(socket_path)) as client:
+        request = csi.CreateVolumeRequest(
+            name=f"pvc-{uid}",
+            capacity_range=csi.CapacityRange(required_bytes=1024 * 1024),
+            volume_capabilities=[
+                csi.VolumeCapability(
+                    mount=csi.VolumeCapabilityMountVolume(),
+                    access_mode=csi.VolumeCapabilityAccessMode(
+                        mode=csi.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
+                    ),
+                )
+            ],
+        )
+        await client.create_volume(request)
+    assert len(driver.state.volumes) == 1
+    cluster.delete("persistentvolumeclaims", "default", "data")  # meanwhile, the user gave up
+
+    second = OperatorThread(settings=settings)
+    await second.start()
+    try:
+        await _until(lambda: not driver.state.volumes and not _journal(cluster), timeout=15)
+        await _until(lambda: not cluster.objects("persistentvolumes"))
+    finally:
+        await second.stop()
+
+
+async def test_a_provisioned_claim_leaves_no_record(
+    cluster: EmulatedCluster, kcm: ControllerManager, driver: Driver, settings: Settings
+) -> None:
+    _seed(cluster)
+    operator = OperatorThread(settings=settings)
+    await operator.start()
+    try:
+        cluster.create("persistentvolumeclaims", _claim("data"), namespace="default")
+        await _until(
+            lambda: (
+                (cluster.get("persistentvolumeclaims", "default", "data") or {})
+                .get("status", {})
+                .get("phase")
+                == "Bound"
+            )
+        )
+        await _until(lambda: cluster.get("configmaps", "default", JOURNAL) is not None)
+        await _until(lambda: not _journal(cluster))
+    finally:
+        await operator.stop()
+
+
+@pytest.mark.parametrize("status", [500, 503])
+async def test_an_unwritable_journal_stops_create_volume(
+    cluster: EmulatedCluster,
+    kcm: ControllerManager,
+    driver: Driver,
+    settings: Settings,
+    status: int,
+) -> None:
+    _seed(cluster)
+    operator = OperatorThread(settings=settings)
+    await operator.start()
+    try:
+        fault = cluster.faults.add(status, verb="patch", resource="configmaps", times=1000)
+        cluster.create("persistentvolumeclaims", _claim("data"), namespace="default")
+
+        def failed() -> bool:
+            return any(
+                e.get("reason") == "ProvisioningFailed"
+                and "cannot record in-flight claims" in e.get("message", "")
+                for e in cluster.objects("events")
+            )
+
+        await _until(failed)
+        assert not driver.state.volumes  # nothing was sent to the driver unrecorded
+        cluster.faults.remove(fault)
+        await _until(
+            lambda: (
+                (cluster.get("persistentvolumeclaims", "default", "data") or {})
+                .get("status", {})
+                .get("phase")
+                == "Bound"
+            ),
+            timeout=15,
+        )
+        assert len(driver.state.volumes) == 1
+    finally:
+        await operator.stop()
