@@ -9,6 +9,7 @@ forever while the object lives, as the Go sidecar with `FailedProvisionThreshold
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import runtime
+from kopf_csi import kube, names, runtime
 from kopf_csi.caches import object_key
 from kopf_csi.provisioning.journal import Journal, journal_name
 from kopf_csi.provisioning.naming import provisioner_identity
@@ -25,6 +26,8 @@ from kopf_csi.provisioning.operations import Provisioner
 from kopf_csi.queueing import WorkQueue
 
 log = structlog.get_logger("kopf_csi.provisioner")
+
+SNAPSHOT_SWEEP_INTERVAL = 300.0  # seconds: `--snapshot-orphan-sweep-interval` (5m)
 
 
 @kopf.on.startup(id="provisioner.start")
@@ -66,8 +69,20 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         backoff_start=options.retry_interval_start,
         backoff_max=options.retry_interval_max,
     )
+    # external-provisioner's CloningProtectionController (`--cloning-protection-threads` 1).
+    memo.sources_queue = WorkQueue(
+        name="clone-sources",
+        process=provisioner.sync_clone_source,
+        workers=1,
+        backoff_start=options.retry_interval_start,
+        backoff_max=options.retry_interval_max,
+    )
     memo.claims_queue.start()
     memo.volumes_queue.start()
+    memo.sources_queue.start()
+    memo.sweeper = None
+    if memo.driver.has_controller("CREATE_DELETE_SNAPSHOT"):
+        memo.sweeper = asyncio.create_task(_sweep(provisioner, SNAPSHOT_SWEEP_INTERVAL))
     memo.stoppers.append(_stopper(memo))
     for volume in memo.caches.volumes:  # the primed cache: finalizers and pending deletions
         memo.volumes_queue.add(object_key(volume))
@@ -79,6 +94,9 @@ def _stopper(memo: kopf.Memo) -> Callable[[], Awaitable[None]]:
     """Stop the queues, then flush the journal: run by `lifecycle` before it closes clients."""
 
     async def stop() -> None:
+        if memo.sweeper is not None:
+            memo.sweeper.cancel()
+        await memo.sources_queue.stop(grace=5.0)
         await memo.claims_queue.stop(grace=5.0)
         await memo.volumes_queue.stop(grace=5.0)
         try:
@@ -90,6 +108,32 @@ def _stopper(memo: kopf.Memo) -> Callable[[], Awaitable[None]]:
     return stop
 
 
+def _watch_clone_sources(memo: kopf.Memo, key: str, claim: kopf.RawBody) -> None:
+    """Re-check a protected source PVC when it is deleting, or when a clone of it changes."""
+    meta = claim.get("metadata", {})
+    if names.FINALIZER_CLONING_PROTECTION in (meta.get("finalizers") or ()):
+        memo.sources_queue.add(key)
+    source = claim.get("spec", {}).get("dataSource") or {}
+    if source.get("kind") == names.KIND_PERSISTENT_VOLUME_CLAIM and source.get("name"):
+        source_key = f"{meta.get('namespace')}/{source['name']}"
+        protected = memo.caches.claims.get(source_key)
+        if protected is not None and protected["metadata"].get("deletionTimestamp"):
+            memo.sources_queue.add(source_key)
+
+
+async def _sweep(provisioner: Provisioner, interval: float) -> None:
+    """`--snapshot-orphan-sweep-interval`: release snapshot protection no claim needs."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            released = await provisioner.sweep_snapshot_sources()
+        except kube.KubeError as exc:  # e.g. no snapshot CRDs in this cluster
+            log.debug("snapshot_sweep_skipped", error=str(exc))
+        else:
+            if released:
+                log.info("snapshot_sources_released", count=released)
+
+
 @kopf.on.event("", "v1", "persistentvolumeclaims", id="provisioner.claims")
 async def claim_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     claim = event["object"]
@@ -98,6 +142,7 @@ async def claim_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None
     else:
         memo.caches.claims.store(claim)
     key = object_key(claim)
+    _watch_clone_sources(memo, key, claim)
     if claim.get("spec", {}).get("volumeName") and key not in memo.provisioner.in_progress:
         return  # bound: nothing to provision (the Go library's first check, done before queueing)
     memo.claims_queue.add(key)

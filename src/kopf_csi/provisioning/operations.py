@@ -24,6 +24,7 @@ from kopf_csi.provisioning import (
     decisions,
     deletions,
     naming,
+    protection,
     requests,
     secrets,
     sources,
@@ -208,6 +209,7 @@ class Provisioner:
             supports_topology=self.supports_topology,
         )
         await self._save(volume)
+        await self._release_snapshot_source(claim)
         return volume
 
     async def _save(self, volume: dict[str, Any]) -> None:
@@ -360,19 +362,21 @@ class Provisioner:
                 raise sources.source_claim_unavailable(ref, claim=claim, error="not found")
             volume_name = source_claim.get("spec", {}).get("volumeName") or ""
             source_volume = await self.api.get(kube.VOLUMES, volume_name) if volume_name else None
-            return sources.clone_source(
+            cloned = sources.clone_source(
                 claim,
                 ref=ref,
                 storage_class=storage_class,
                 source_claim=source_claim,
                 source_volume=source_volume,
             )
+            await self._protect(kube.CLAIMS, source_claim, protection.protect_clone_source)
+            return cloned
         snapshot = await self.api.get(kube.SNAPSHOTS, ref.name, ref.namespace)
         if snapshot is None:
             raise sources.snapshot_unavailable(ref, error="not found")
         content_name = sources.snapshot_content_name(snapshot)
         content = await self.api.get(kube.SNAPSHOT_CONTENTS, content_name) if content_name else None
-        return sources.snapshot_source(
+        source = sources.snapshot_source(
             claim,
             ref=ref,
             storage_class=storage_class,
@@ -380,6 +384,73 @@ class Provisioner:
             content=content,
             prevent_volume_mode_conversion=self.options.prevent_volume_mode_conversion,
         )
+        await self._protect(kube.SNAPSHOTS, snapshot, protection.protect_snapshot_source)
+        return source
+
+    async def _protect(self, resource: kube.Resource, obj: Body, change: Any) -> None:
+        """Put a source-protection finalizer on the source before CreateVolume may use it."""
+        finalizers = change(obj)
+        if finalizers is None:
+            return
+        try:
+            await self._patch_finalizers(resource, obj, finalizers)
+        except kube.KubeError as exc:
+            # The source changed under us (422/409) or is gone: retry the claim, fresh.
+            raise ProvisioningError(
+                f"failed to protect the data source {_meta(obj).get('name')}: {exc}",
+                state=ProvisioningState.NO_CHANGE,
+            ) from exc
+
+    async def _release_snapshot_source(self, claim: Body) -> None:
+        """After the PV is saved, the restored snapshot loses its protection (errors: logged)."""
+        ref = sources.data_source(claim)
+        if ref is None or ref.kind != names.KIND_VOLUME_SNAPSHOT:
+            return
+        try:
+            snapshot = await self.api.get(kube.SNAPSHOTS, ref.name, ref.namespace)
+            finalizers = protection.release_snapshot_source(snapshot) if snapshot else None
+            if snapshot is not None and finalizers is not None:
+                await self._patch_finalizers(kube.SNAPSHOTS, snapshot, finalizers)
+        except (kube.KubeError, ProvisioningError) as exc:
+            log.warning("snapshot_release_failed", snapshot=ref.name, error=str(exc))
+
+    # -- source protection controllers ---------------------------------------------------------
+
+    async def sync_clone_source(self, key: str) -> Outcome:
+        """A deleting source PVC loses cloning-protection once no Pending claim clones it."""
+        source = self.caches.claims.get(key)
+        if source is None:
+            return DONE
+        finalizers = protection.release_clone_source(source, claims=self.caches.claims)
+        if finalizers is None:
+            if _meta(source).get("deletionTimestamp") and names.FINALIZER_CLONING_PROTECTION in (
+                _meta(source).get("finalizers") or ()
+            ):
+                return RETRY  # a clone is still pending: look again later
+            return DONE
+        try:
+            updated = await self._patch_finalizers(kube.CLAIMS, source, finalizers)
+        except kube.KubeError as exc:
+            log.warning("clone_source_release_failed", claim=key, error=str(exc))
+            return RETRY
+        self.caches.claims.store(updated)
+        return DONE
+
+    async def sweep_snapshot_sources(self) -> int:
+        """Remove snapshot-as-source protection that no pending claim needs (upstream #1458)."""
+        pending = protection.pending_snapshot_keys(self.caches.claims)
+        released = 0
+        for snapshot in await self.api.list(kube.SNAPSHOTS):
+            finalizers = protection.release_orphaned_snapshot(snapshot, pending=pending)
+            if finalizers is None:
+                continue
+            try:
+                await self._patch_finalizers(kube.SNAPSHOTS, snapshot, finalizers)
+                released += 1
+            except kube.KubeError as exc:
+                log.warning("snapshot_release_failed", snapshot=_meta(snapshot).get("name"),
+                            error=str(exc))  # fmt: skip
+        return released
 
     async def _accessibility(
         self, claim: Body, storage_class: Body
@@ -475,16 +546,28 @@ class Provisioner:
             await self._set_finalizers(current, remaining)
 
     async def _set_finalizers(self, volume: Body, finalizers: list[str]) -> Body:
-        """Replace the PV's finalizers, guarded against a stale read (a JSON-patch `test`)."""
-        meta = _meta(volume)
+        updated = await self._patch_finalizers(kube.VOLUMES, volume, finalizers)
+        self.caches.volumes.store(updated)
+        return updated
+
+    async def _patch_finalizers(
+        self, resource: kube.Resource, obj: Body, finalizers: list[str]
+    ) -> Body:
+        """Replace an object's finalizers, guarded against a stale read (a JSON-patch `test`).
+
+        A stale cache (external-provisioner #1217: two sidecars patching one PV's finalizers)
+        then fails with 422/409 and is retried with a fresh read, instead of dropping the other
+        writer's finalizer.
+        """
+        meta = _meta(obj)
         patch = [
             {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
             {"op": "replace" if "finalizers" in meta else "add", "path": "/metadata/finalizers",
              "value": finalizers},
         ]  # fmt: skip
-        updated = await self.api.patch(kube.VOLUMES, meta["name"], patch, patch_type="json")
-        self.caches.volumes.store(updated)
-        return updated
+        return await self.api.patch(
+            resource, meta["name"], patch, meta.get("namespace"), patch_type="json"
+        )
 
 
 def _meta(obj: Body) -> Mapping[str, Any]:
