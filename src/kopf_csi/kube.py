@@ -24,6 +24,7 @@ __all__ = [
     "CONFIGMAPS",
     "CSIDRIVERS",
     "CSINODES",
+    "CSI_STORAGE_CAPACITIES",
     "EVENTS",
     "LEASES",
     "NODES",
@@ -79,6 +80,7 @@ STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", namespaced=
 VOLUME_ATTACHMENTS = Resource("storage.k8s.io", "v1", "volumeattachments", namespaced=False)
 CSINODES = Resource("storage.k8s.io", "v1", "csinodes", namespaced=False)
 CSIDRIVERS = Resource("storage.k8s.io", "v1", "csidrivers", namespaced=False)
+CSI_STORAGE_CAPACITIES = Resource("storage.k8s.io", "v1", "csistoragecapacities", namespaced=True)
 VOLUME_ATTRIBUTES_CLASSES = Resource(
     "storage.k8s.io", "v1", "volumeattributesclasses", namespaced=False
 )

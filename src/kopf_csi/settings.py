@@ -17,6 +17,7 @@ from kopf_csi.provisioning.options import ProvisionerOptions
 
 __all__ = [
     "CSISettings",
+    "CapacitySettings",
     "KubeSettings",
     "ProvisionerOptions",
     "Settings",
@@ -57,11 +58,24 @@ class WorkerSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class CapacitySettings:
+    enabled: bool = False
+    """`--enable-capacity`: publish CSIStorageCapacity objects for the scheduler."""
+
+    poll_interval: float = 60.0
+    """`--capacity-poll-interval`: seconds between GetCapacity rounds (1m)."""
+
+    for_immediate_binding: bool = False
+    """`--capacity-for-immediate-binding`: publish for Immediate classes too."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     csi: CSISettings = dataclasses.field(default_factory=CSISettings)
     kube: KubeSettings = dataclasses.field(default_factory=KubeSettings)
     provisioner: ProvisionerOptions = dataclasses.field(default_factory=ProvisionerOptions)
     workers: WorkerSettings = dataclasses.field(default_factory=WorkerSettings)
+    capacity: CapacitySettings = dataclasses.field(default_factory=CapacitySettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

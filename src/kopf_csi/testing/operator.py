@@ -23,7 +23,12 @@ from kopf_csi.settings import Settings
 
 __all__ = ["DEFAULT_MODULES", "OperatorThread", "running_operator"]
 
-DEFAULT_MODULES = ("handlers.lifecycle", "handlers.caches", "handlers.provisioner")
+DEFAULT_MODULES = (
+    "handlers.lifecycle",
+    "handlers.caches",
+    "handlers.provisioner",
+    "handlers.capacity",
+)
 
 
 class OperatorThread:
