@@ -91,7 +91,23 @@ class Settings:
             kubeconfig=pathlib.Path(kubeconfig) if kubeconfig else None,
             namespace=env.get("POD_NAMESPACE") or KubeSettings.namespace,
         )
-        return cls(csi=csi, kube=kube)
+        node_name = env.get("NODE_NAME", "")
+        try:
+            provisioner = ProvisionerOptions(
+                node_deployment=_flag(env, "NODE_DEPLOYMENT"), node_name=node_name
+            )
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        return cls(csi=csi, kube=kube, provisioner=provisioner)
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name}={env[name]!r} is not a boolean (true or false)")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

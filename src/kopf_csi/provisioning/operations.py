@@ -24,6 +24,7 @@ from kopf_csi.provisioning import (
     decisions,
     deletions,
     naming,
+    ownership,
     protection,
     requests,
     secrets,
@@ -78,6 +79,8 @@ class Provisioner:
         """Claims whose CreateVolume may still run on the driver (claimsInProgress)."""
         self.slow_retries: dict[str, SlowRetry] = {}
         self.topology_memos: dict[str, topology.TopologyMemo] = {}
+        self.competing: dict[str, tuple[int, float | None]] = {}
+        """Node deployment: Immediate claims we wait to claim (attempts, when to try)."""
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -115,6 +118,13 @@ class Provisioner:
             self._forget(key, claim)
             return DONE
         assert storage_class is not None
+        owner = ownership.ownership(claim, storage_class, options=self.options)
+        if owner is ownership.Ownership.NOT_OURS:
+            self._forget(key, claim)
+            return DONE
+        if owner is ownership.Ownership.COMPETE:
+            return await self._compete(key, claim, storage_class)
+        self.competing.pop(key, None)
         delay = slow_retry_delay(
             self.slow_retries.get(key),
             now=time.monotonic(),
@@ -125,6 +135,61 @@ class Provisioner:
             return retry_after(delay)
         self.slow_retries.pop(key, None)
         return await self.provision(key, claim, storage_class)
+
+    async def _compete(self, key: str, claim: Body, storage_class: Body) -> Outcome:
+        """Node deployment, Immediate claim: after a random delay, try to claim it for us."""
+        attempts, ready_at = self.competing.get(key, (0, None))
+        now = time.monotonic()
+        if ready_at is None:
+            delay = ownership.claim_delay(attempts, options=self.options)
+            self.competing[key] = (attempts, now + delay)
+            return retry_after(delay)
+        if now < ready_at:
+            return retry_after(ready_at - now)
+        if not await self._has_room(claim, storage_class):
+            self.competing[key] = (attempts + 1, None)
+            return await self._compete(key, claim, storage_class)
+        meta = _meta(claim)
+        patch = ownership.selected_node_patch(claim, node_name=self.options.node_name)
+        try:
+            await self.api.patch(kube.CLAIMS, meta["name"], patch, meta.get("namespace"))
+        except kube.ConflictError:
+            log.info("claim_taken_elsewhere")  # or changed meanwhile: look again later
+            self.competing[key] = (attempts + 1, None)
+            return await self._compete(key, claim, storage_class)
+        except kube.NotFoundError:
+            self.competing.pop(key, None)
+            return DONE
+        self.competing.pop(key, None)
+        log.info("claim_selected_for_node", node=self.options.node_name)
+        return DONE  # the claim's update (now naming our node) queues it again
+
+    async def _has_room(self, claim: Body, storage_class: Body) -> bool:
+        """With GET_CAPACITY: does our node's segment have room for the claim?"""
+        if not self.driver.has_controller("GET_CAPACITY"):
+            return True
+        node = self.caches.nodes.get(self.options.node_name)
+        csinode = self.caches.csinodes.get(self.options.node_name)
+        labels = (node or {}).get("metadata", {}).get("labels") or {}
+        keys = [
+            key
+            for entry in (csinode or {}).get("spec", {}).get("drivers") or ()
+            if entry.get("name") == self.driver.name
+            for key in entry.get("topologyKeys") or ()
+        ]
+        segment = {key: labels[key] for key in keys if key in labels}
+        try:
+            answer = await self.csi.get_capacity(
+                csi.GetCapacityRequest(
+                    parameters=dict(storage_class.get("parameters") or {}),
+                    accessible_topology=csi.Topology(segments=segment) if segment else None,
+                )
+            )
+            needed = requests.requested_bytes(claim)
+        except (CSIError, ProvisioningError) as exc:
+            log.warning("capacity_check_failed", error=str(exc))
+            return False
+        return answer.available_capacity >= needed
 
     async def provision(self, key: str, claim: Body, storage_class: Body) -> Outcome:
         await self.recorder.post(

@@ -48,7 +48,24 @@ class ProvisionerOptions:
     retry_interval_max: float = 300.0
     """`--retry-interval-max`: the longest retry delay, and the infeasible slow-retry delay."""
 
+    node_deployment: bool = False
+    """`--node-deployment`: one provisioner per node, provisioning only for its own node."""
+
+    node_name: str = ""
+    """`$NODE_NAME`: this provisioner's node, with `node_deployment`."""
+
+    node_deployment_immediate_binding: bool = True
+    """`--node-deployment-immediate-binding`: also compete for Immediate claims."""
+
+    node_deployment_base_delay: float = 20.0
+    """`--node-deployment-base-delay`: the shortest wait before claiming an Immediate PVC."""
+
+    node_deployment_max_delay: float = 60.0
+    """`--node-deployment-max-delay`: the longest wait before claiming an Immediate PVC."""
+
     def __post_init__(self) -> None:
+        if self.node_deployment and not self.node_name:
+            raise ValueError("node deployment needs the node name (NODE_NAME)")
         if not self.volume_name_prefix:
             raise ValueError("volume name prefix cannot be of length 0")
         if not -1 <= self.volume_name_uuid_length <= UUID_HEX_DIGITS:
