@@ -1,0 +1,91 @@
+"""`kopf run` with our handler modules works as a user would run it against a cluster.
+
+We test these aspects:
+- the modules load under kopf's own CLI (no embedding), read their settings from the
+  environment, log in with the kubeconfig, connect to the driver and provision a claim;
+- SIGTERM stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import sys
+import time
+
+from kopf_csi.driver import Driver
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.kcm import ControllerManager
+
+from .conftest import DRIVER_NAME
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+async def test_kopf_run_provisions_a_claim(
+    cluster: EmulatedCluster,
+    kcm: ControllerManager,
+    driver: Driver,
+    kubeconfig: pathlib.Path,
+    socket_path: pathlib.Path,
+) -> None:
+    key = "topology.hostpath.csi.kopf.dev/node"
+    cluster.create(
+        "nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "node-1", "labels": {key: "node-1"}},
+        },
+    )
+    cluster.create(
+        "csinodes",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": "node-1"},
+            "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1", "topologyKeys": [key]}]},
+        },
+    )
+    cluster.create(
+        "storageclasses",
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"},
+         "provisioner": DRIVER_NAME, "volumeBindingMode": "Immediate", "reclaimPolicy": "Delete"},
+    )  # fmt: skip
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "CSI_ADDRESS": f"unix://{socket_path}",
+        "POD_NAMESPACE": "default",
+        "PYTHONPATH": str(ROOT),
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
+        "-m", "handlers.lifecycle", "-m", "handlers.caches", "-m", "handlers.provisioner",
+        env=env, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        cluster.create(
+            "persistentvolumeclaims",
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "data", "namespace": "default"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                      "resources": {"requests": {"storage": "1Mi"}}}},
+            namespace="default",
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            claim = cluster.get("persistentvolumeclaims", "default", "data") or {}
+            if claim.get("status", {}).get("phase") == "Bound":
+                break
+            assert process.returncode is None, "kopf run exited early"
+            assert time.monotonic() < deadline, "the claim was not bound within 30s"
+            await asyncio.sleep(0.05)
+        assert len(driver.state.volumes) == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, output.decode()[-3000:]
