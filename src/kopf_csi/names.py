@@ -172,3 +172,41 @@ MESSAGE_STILL_ATTACHED: Final = "persistentvolume {volume} is still attached to 
 """Warning `VolumeFailedDelete` while a VolumeAttachment still references the PV."""
 MESSAGE_CLONE_IN_PROGRESS: Final = "PVC '{claim}' is in 'Pending' state, cloning in progress"
 """Why the cloning-protection finalizer stays on a deleted source PVC (logged, retried)."""
+
+# --- external-attacher: finalizer, VolumeAttachment annotation, status errors ---
+# (pkg/controller/util.go, csi_handler.go at the snapshot in sidecars.md §0)
+
+FINALIZER_ATTACHER_PREFIX: Final = "external-attacher/"
+"""On PVs and VAs: `external-attacher/<driver name sanitized>` (`GetFinalizerName`)."""
+ANN_VA_NODE_ID: Final = "csi.alpha.kubernetes.io/node-id"
+"""On VAs: the CSI node ID the volume was published to (`vaNodeIDAnnotation`)."""
+
+# The `status.attachError`/`detachError` messages are the Go errors' `Error()` texts.
+MESSAGE_PV_DELETING: Final = 'PersistentVolume "{volume}" is marked for deletion'
+MESSAGE_PV_FINALIZER_FAILED: Final = "could not add PersistentVolume finalizer: {error}"
+MESSAGE_VA_SAVE_FAILED: Final = "could not save VolumeAttachment: {error}"
+MESSAGE_SECRET_LOAD_FAILED: Final = 'failed to load secret "{namespace}/{name}": {error}'
+MESSAGE_CSINODE_WITHOUT_DRIVER: Final = "CSINode {node} does not contain driver {driver}"
+MESSAGE_PV_NOT_FOUND: Final = 'persistentvolume "{volume}" not found'
+"""A lister's NotFound (client-go `errors.NewNotFound`), as the PV and CSINode lookups fail."""
+MESSAGE_CSINODE_NOT_FOUND: Final = 'csinode.storage.k8s.io "{node}" not found'
+MESSAGE_SECRET_NOT_FOUND: Final = 'secrets "{name}" not found'
+MESSAGE_NON_CSI_SOURCE: Final = "pv spec contained non-csi source that was not migrated"
+MESSAGE_BOTH_SOURCES: Final = (
+    "both InlineCSIVolumeSource and PersistentVolumeName specified in VA source"
+)
+MESSAGE_NO_SOURCE: Final = (
+    "neither InlineCSIVolumeSource nor PersistentVolumeName specified in VA source"
+)
+MESSAGE_INLINE_WITHOUT_CSI: Final = "inline volume spec contains nil CSI source"
+
+# --- external-health-monitor controller: events on the PVC ---
+
+HEALTH_EVENT_COMPONENT: Final = "csi-pv-monitor-controller-{driver}"
+"""The event source of the health monitor's events (cmd/csi-external-health-monitor-controller)."""
+REASON_VOLUME_CONDITION_ABNORMAL: Final = "VolumeConditionAbnormal"
+"""Warning on the PVC; the message is the driver's `VolumeCondition.message`."""
+REASON_VOLUME_CONDITION_NORMAL: Final = "VolumeConditionNormal"
+"""Normal on the PVC when an abnormal volume is healthy again."""
+MESSAGE_VOLUME_RECOVERED: Final = "The Volume returns to the healthy state"
+"""`util.DefaultRecoveryEventMessage`."""

@@ -13,11 +13,14 @@ import os
 import pathlib
 from collections.abc import Mapping
 
+from kopf_csi.attaching.options import AttacherOptions, HealthMonitorOptions
 from kopf_csi.provisioning.options import ProvisionerOptions
 
 __all__ = [
+    "AttacherOptions",
     "CSISettings",
     "CapacitySettings",
+    "HealthMonitorOptions",
     "KubeSettings",
     "ProvisionerOptions",
     "Settings",
@@ -56,6 +59,9 @@ class WorkerSettings:
     provisioner: int = 100
     """Claims provisioned at once, and volumes deleted at once: `--worker-threads` (100)."""
 
+    attacher: int = 10
+    """external-attacher's `--worker-threads` (10): attaches at once, and detaches at once."""
+
 
 @dataclasses.dataclass(frozen=True)
 class CapacitySettings:
@@ -76,6 +82,8 @@ class Settings:
     provisioner: ProvisionerOptions = dataclasses.field(default_factory=ProvisionerOptions)
     workers: WorkerSettings = dataclasses.field(default_factory=WorkerSettings)
     capacity: CapacitySettings = dataclasses.field(default_factory=CapacitySettings)
+    attacher: AttacherOptions = dataclasses.field(default_factory=AttacherOptions)
+    health: HealthMonitorOptions = dataclasses.field(default_factory=HealthMonitorOptions)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -187,7 +187,7 @@ def test_may_reschedule(supports: bool, node: str | None, expected: bool) -> Non
 def test_node_errors() -> None:
     missing = decisions.missing_node_error("node-1")
     assert (str(missing), missing.state) == (
-        'nodes "node-1" not found',
+        'node "node-1" not found',
         ProvisioningState.RESCHEDULE,
     )
     failed = decisions.node_lookup_error("etcdserver: request timed out")

@@ -116,9 +116,10 @@ def may_reschedule(*, supports_topology: bool, selected_node: str | None) -> boo
 
 
 def missing_node_error(node_name: str) -> ProvisioningError:
-    """The selected Node is gone: reschedule (the API's NotFound text, as Go reports it)."""
+    """The selected Node is gone: reschedule (the NotFound text of client-go's Node lister,
+    which external-provisioner always gives the library: the singular resource name)."""
     return ProvisioningError(
-        f"nodes {gofmt.go_quote(node_name)} not found", state=ProvisioningState.RESCHEDULE
+        f"node {gofmt.go_quote(node_name)} not found", state=ProvisioningState.RESCHEDULE
     )
 
 

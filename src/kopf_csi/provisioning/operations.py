@@ -112,7 +112,9 @@ class Provisioner:
                 volume_exists=volume_name in self.caches.volumes,
             )
         except ProvisioningError as exc:
-            await self._failed(claim, exc)
+            # The library's shouldProvision error (a missing StorageClass): logged and retried,
+            # no event (the KCM already posts one about the class).
+            log.warning("claim_not_checked", error=exc.message)
             return RETRY
         if not decision.should:
             self._forget(key, claim)
@@ -134,6 +136,11 @@ class Provisioner:
         if delay is not None:
             return retry_after(delay)
         self.slow_retries.pop(key, None)
+        node_name = decisions.selected_node(claim)
+        if node_name is not None and self.caches.nodes.get(node_name) is None:
+            # The library looks the selected Node up first (its lister): gone = reschedule.
+            error = decisions.missing_node_error(node_name)
+            return await self._handle_failure(key, claim, storage_class, error, error.state)
         return await self.provision(key, claim, storage_class)
 
     async def _compete(self, key: str, claim: Body, storage_class: Body) -> Outcome:
@@ -324,14 +331,15 @@ class Provisioner:
             self.slow_retries[key] = SlowRetry(time.monotonic(), _uid(storage_class))
             return retry_after(self.options.retry_interval_max)
         if outcome.reschedule:
-            await self._reschedule(claim)
+            if not await self._reschedule(claim):
+                return RETRY  # the node is still selected: the library retries the claim
             self.topology_memos.pop(_uid(claim), None)
             return DONE
         if key not in self.caches.claims and key not in self.in_progress:
             return DONE  # deleted, and nothing can still be running on the driver
         return RETRY
 
-    async def _reschedule(self, claim: Body) -> None:
+    async def _reschedule(self, claim: Body) -> bool:
         """Give the node back to the scheduler: remove `selected-node` (guarded by the uid)."""
         meta = _meta(claim)
         patch = [
@@ -344,12 +352,8 @@ class Provisioner:
             )
         except kube.KubeError as exc:
             log.warning("reschedule_failed", error=str(exc))
-
-    async def _failed(self, claim: Body, error: ProvisioningError) -> None:
-        await self.recorder.post(
-            claim, type_=events.WARNING, reason=names.REASON_PROVISIONING_FAILED,
-            message=error.message,
-        )  # fmt: skip
+            return False
+        return True
 
     def _forget(self, key: str, claim: Body) -> None:
         self.in_progress.pop(key, None)
@@ -403,11 +407,12 @@ class Provisioner:
         try:
             secret = await self.api.get(kube.SECRETS, ref.name, ref.namespace)
         except kube.KubeError as exc:
-            secret, error = None, str(exc)
+            secret, error = None, exc.message  # the API's own text, as client-go's err prints
         else:
-            error = "not found"
+            error = f'secrets "{ref.name}" not found'  # apimachinery's NotFound text
         if secret is None:
-            message = f"failed to get secrets: secret {ref.namespace}/{ref.name}: {error}"
+            # external-provisioner's getCredentials, verbatim.
+            message = f"error getting secret {ref.name} in namespace {ref.namespace}: {error}"
             if required:
                 raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
             log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)

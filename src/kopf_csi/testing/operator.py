@@ -28,6 +28,8 @@ DEFAULT_MODULES = (
     "handlers.caches",
     "handlers.provisioner",
     "handlers.capacity",
+    "handlers.attacher",
+    "handlers.health",
 )
 
 

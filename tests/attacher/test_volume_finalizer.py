@@ -1,0 +1,100 @@
+"""Our PV finalizer: held while a VA needs the PV, removed once none does, never racing.
+
+We test these aspects:
+- end to end: a deleted PV keeps our finalizer while its VA exists; once the VA is detached
+  and gone, our finalizer goes and the other finalizers stay;
+- against the emulated API with a stale cache (external-provisioner #1217: another controller
+  removed its finalizer after our read): the removal fails its `test` and is retried, and the
+  other controller's finalizer is not written back; with a fresh read it succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kopf_csi import kube
+from kopf_csi.attaching.operations import Attacher
+from kopf_csi.caches import Caches
+from kopf_csi.csi import CSIClient, DriverInfo
+from kopf_csi.driver import Driver
+from kopf_csi.queueing import DONE, RETRY
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.operator import OperatorThread
+
+from ..conftest import DRIVER_NAME
+from .conftest import FAST_ATTACHER
+from .helpers import FINALIZER, attached_volume, attachment, seed_node, status, until, va, volume
+
+PROVISIONER_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
+PROTECTION = "kubernetes.io/pv-protection"
+
+
+def _finalizers(cluster: EmulatedCluster, name: str) -> list[str] | None:
+    pv = cluster.get("persistentvolumes", None, name)
+    return None if pv is None else list(pv["metadata"].get("finalizers") or [])
+
+
+async def test_a_deleted_volume_keeps_our_finalizer_until_its_attachment_is_gone(
+    cluster: EmulatedCluster, driver: Driver, socket_path: pathlib.Path, operator: OperatorThread
+) -> None:
+    seed_node(cluster)
+    await attached_volume(cluster, socket_path, "pv-1")
+    cluster.create("volumeattachments", attachment("va-1", "pv-1"))
+    await until(lambda: status(cluster, "va-1").get("attached"))
+    cluster.patch(
+        "persistentvolumes", None, "pv-1",
+        [{"op": "add", "path": "/metadata/finalizers/0", "value": PROTECTION}], patch_type="json",
+    )  # fmt: skip
+    cluster.delete("persistentvolumes", None, "pv-1")
+    await asyncio.sleep(0.2)  # the PV worker has seen the deletion
+    assert _finalizers(cluster, "pv-1") == [PROTECTION, FINALIZER]  # the VA still needs it
+
+    cluster.delete("volumeattachments", None, "va-1")
+    await until(lambda: not va(cluster, "va-1"))
+    await until(lambda: _finalizers(cluster, "pv-1") == [PROTECTION])
+
+
+@pytest.fixture
+async def api(kubeconfig: pathlib.Path) -> AsyncIterator[kube.KubeClient]:
+    async with await kube.KubeClient.connect(kubeconfig) as client:
+        yield client
+
+
+async def test_a_stale_read_cannot_write_back_a_removed_finalizer(
+    cluster: EmulatedCluster, api: kube.KubeClient, socket_path: pathlib.Path
+) -> None:
+    body = volume("pv-1", "vol-1")
+    body["metadata"]["finalizers"] = [PROVISIONER_FINALIZER, FINALIZER]
+    cluster.create("persistentvolumes", body)
+    cluster.delete("persistentvolumes", None, "pv-1")
+    stale = cluster.get("persistentvolumes", None, "pv-1")
+    assert stale is not None
+    # The provisioner removes its finalizer after our read (the #1217 race).
+    cluster.patch("persistentvolumes", None, "pv-1", {"metadata": {"finalizers": [FINALIZER]}})
+    caches = Caches()
+    caches.volumes.store(stale)
+    driver = DriverInfo(
+        name=DRIVER_NAME,
+        vendor_version="test",
+        manifest={},
+        plugin_capabilities=frozenset({"CONTROLLER_SERVICE"}),
+        volume_expansion=frozenset(),
+        controller_capabilities=frozenset({"PUBLISH_UNPUBLISH_VOLUME"}),
+    )
+    async with CSIClient(str(socket_path)) as client:  # never called here
+        attacher = Attacher(
+            csi_client=client, api=api, caches=caches, driver=driver, options=FAST_ATTACHER
+        )
+        assert await attacher.sync_volume("pv-1") == RETRY
+        assert _finalizers(cluster, "pv-1") == [FINALIZER]  # nothing written back
+
+        fresh = cluster.get("persistentvolumes", None, "pv-1")
+        assert fresh is not None
+        caches.volumes.store(fresh)
+        assert await attacher.sync_volume("pv-1") == DONE
+    assert _finalizers(cluster, "pv-1") is None  # its last finalizer gone: deleted
+    assert "pv-1" not in caches.volumes
