@@ -124,6 +124,11 @@ def test_is_infeasible(error: BaseException, expected: bool) -> None:
             id="our timeout -> Go's expired context",
         ),
         pytest.param(
+            CSITimeoutError("timed out after 10s: slow", method=METHOD, driver_message="slow"),
+            "rpc error: code = DeadlineExceeded desc = slow",
+            id="the driver's DeadlineExceeded -> the driver's text",
+        ),
+        pytest.param(
             ProvisioningError("claim Selector is not supported", state=FINISHED),
             "claim Selector is not supported",
             id="our error -> its message",

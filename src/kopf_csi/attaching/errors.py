@@ -8,7 +8,7 @@ retried with the per-VA backoff). `is_final` keeps the table for the logs.
 
 from __future__ import annotations
 
-from kopf_csi.csi import Code, CSIError, CSITimeoutError
+from kopf_csi.csi import Code, CSIError, go_text
 
 __all__ = ["AttachError", "error_code", "error_text", "is_final"]
 
@@ -23,13 +23,9 @@ class AttachError(Exception):
 
 def error_text(error: BaseException) -> str:
     """The error as Go's `err.Error()` prints it: `rpc error: code = <Code> desc = <message>`."""
-    if isinstance(error, CSITimeoutError):
-        return "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
-    if isinstance(error, CSIError):
-        return f"rpc error: code = {error.code.title} desc = {error.message}"
     if isinstance(error, AttachError):
         return error.message
-    return str(error)
+    return go_text(error)
 
 
 def error_code(error: BaseException) -> int | None:

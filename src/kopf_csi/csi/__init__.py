@@ -10,7 +10,7 @@
 from kopf_csi.csi import messages
 from kopf_csi.csi.client import CallObserver, CSIClient, DriverInfo, parse_address
 from kopf_csi.csi.codes import Code
-from kopf_csi.csi.errors import CSIError, CSITimeoutError, DriverNotReadyError
+from kopf_csi.csi.errors import CSIError, CSITimeoutError, DriverNotReadyError, go_text
 from kopf_csi.csi.redaction import STRIPPED, redact
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "Code",
     "DriverInfo",
     "DriverNotReadyError",
+    "go_text",
     "messages",
     "parse_address",
     "redact",

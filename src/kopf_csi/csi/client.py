@@ -384,7 +384,9 @@ def _translated(method: str, timeout: float, request: betterproto2.Message) -> A
         code = _code(exc.status)
         text = scrub(exc.message or code.name, secrets)
         if code is Code.DEADLINE_EXCEEDED:
-            raise CSITimeoutError(f"timed out after {timeout:g}s: {text}", method=method) from exc
+            raise CSITimeoutError(
+                f"timed out after {timeout:g}s: {text}", method=method, driver_message=text
+            ) from exc
         raise CSIError(text, method=method, code=code) from exc
     except TimeoutError as exc:
         raise CSITimeoutError(f"timed out after {timeout:g}s", method=method) from exc

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kopf_csi.csi.codes import Code
 
-__all__ = ["CSIError", "CSITimeoutError", "DriverNotReadyError"]
+__all__ = ["CSIError", "CSITimeoutError", "DriverNotReadyError", "go_text"]
 
 
 class CSIError(Exception):
@@ -37,8 +37,28 @@ class CSIError(Exception):
 class CSITimeoutError(CSIError):
     """The call did not finish within its timeout; the driver may still be working on it."""
 
-    def __init__(self, message: str, *, method: str) -> None:
+    def __init__(self, message: str, *, method: str, driver_message: str | None = None) -> None:
         super().__init__(message, method=method, code=Code.DEADLINE_EXCEEDED)
+        self.driver_message = driver_message
+        """The driver's own text when it answered DEADLINE_EXCEEDED; None when our timer fired."""
+
+
+def go_text(error: BaseException) -> str:
+    """The error as a Go sidecar's `err.Error()` prints it, for events and status fields.
+
+    A gRPC status prints as `rpc error: code = <Code> desc = <message>`; our own expired timer
+    as Go's expired context does. Anything else is already in our (Go-worded) text.
+    """
+    if isinstance(error, CSITimeoutError):
+        desc = (
+            error.driver_message
+            if error.driver_message is not None
+            else ("context deadline exceeded")
+        )
+        return f"rpc error: code = DeadlineExceeded desc = {desc}"
+    if isinstance(error, CSIError):
+        return f"rpc error: code = {error.code.title} desc = {error.message}"
+    return str(error)
 
 
 class DriverNotReadyError(CSIError):

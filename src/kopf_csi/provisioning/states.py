@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kopf_csi import names
-from kopf_csi.csi import Code, CSIError, CSITimeoutError
+from kopf_csi.csi import Code, CSIError, go_text
 
 __all__ = [
     "FailureOutcome",
@@ -86,11 +86,7 @@ def error_text(error: BaseException) -> str:
     A gRPC status prints as `rpc error: code = <Code> desc = <message>`; our own call timeout as
     Go's expired context does. Other errors (ours) already carry the Go wording.
     """
-    if isinstance(error, CSITimeoutError):
-        return "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
-    if isinstance(error, CSIError):
-        return f"rpc error: code = {error.code.title} desc = {error.message}"
-    return str(error)
+    return go_text(error)
 
 
 @dataclasses.dataclass(frozen=True)
