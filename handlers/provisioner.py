@@ -64,7 +64,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     )
     memo.volumes_queue = WorkQueue(
         name="volumes",
-        process=provisioner.sync_volume,
+        process=provisioner.reclaimer.sync_volume,
         workers=settings.workers.provisioner,
         backoff_start=options.retry_interval_start,
         backoff_max=options.retry_interval_max,
@@ -72,7 +72,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     # external-provisioner's CloningProtectionController (`--cloning-protection-threads` 1).
     memo.sources_queue = WorkQueue(
         name="clone-sources",
-        process=provisioner.sync_clone_source,
+        process=provisioner.sources.sync_clone_source,
         workers=1,
         backoff_start=options.retry_interval_start,
         backoff_max=options.retry_interval_max,
@@ -126,7 +126,7 @@ async def _sweep(provisioner: Provisioner, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            released = await provisioner.sweep_snapshot_sources()
+            released = await provisioner.sources.sweep_snapshot_sources()
         except kube.KubeError as exc:  # e.g. no snapshot CRDs in this cluster
             log.debug("snapshot_sweep_skipped", error=str(exc))
         else:

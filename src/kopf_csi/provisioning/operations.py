@@ -1,15 +1,15 @@
-"""The provisioner's two operations: provision a claim, delete a released volume.
+"""The provisioner: claims become volumes. `Provisioner` is also the facade of the others.
 
 Async orchestration only: each step is a guard clause that reads (caches first, the API where
 the Go code reads the API), calls a pure builder from this package, calls the driver, writes.
-It is the port of the library's `provisionClaimOperation` / `deleteVolumeOperation` with
-external-provisioner's `Provision` / `Delete`. No kopf here: each returns a
+It is the port of the library's `syncClaim` / `provisionClaimOperation` with
+external-provisioner's `Provision`, plus the in-flight journal and node deployment. Released
+volumes are `reclaiming`'s, data sources `sourcing`'s. No kopf here: each operation returns a
 `queueing.Outcome` for the work queue to act on.
 """
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -22,18 +22,20 @@ from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning import (
     decisions,
-    deletions,
     naming,
     ownership,
-    protection,
     requests,
     secrets,
-    sources,
     topology,
 )
+from kopf_csi.provisioning.access import escape, read_secret_data
+from kopf_csi.provisioning.access import meta as meta_of
+from kopf_csi.provisioning.access import uid as uid_of
 from kopf_csi.provisioning.errors import IgnoredError, ProvisioningError
 from kopf_csi.provisioning.journal import Journal, JournalError
 from kopf_csi.provisioning.options import ProvisionerOptions
+from kopf_csi.provisioning.reclaiming import Reclaimer
+from kopf_csi.provisioning.sourcing import Sources
 from kopf_csi.provisioning.states import (
     ProvisioningState,
     SlowRetry,
@@ -74,6 +76,10 @@ class Provisioner:
         self.options = options
         self.identity = identity
         self.journal = journal
+        self.sources = Sources(api=api, caches=caches, options=options)
+        self.reclaimer = Reclaimer(
+            csi_client=csi_client, api=api, recorder=recorder, caches=caches, driver=driver
+        )
         self.supports_topology = topology.supports_topology(driver.plugin_capabilities)
         self.in_progress: dict[str, Body] = {}
         """Claims whose CreateVolume may still run on the driver (claimsInProgress)."""
@@ -88,15 +94,15 @@ class Provisioner:
         claim = self.caches.claims.get(key)
         remembered = self.in_progress.get(key)
         if claim is None or (
-            remembered is not None and _uid(remembered) != _uid(claim) and claim is not None
+            remembered is not None and uid_of(remembered) != uid_of(claim) and claim is not None
         ):
             # Deleted (or replaced): only a CreateVolume that may still run needs finishing.
             if remembered is None:
                 return DONE
             claim = remembered
         bound = structlog.contextvars.bound_contextvars(
-            kind="PersistentVolumeClaim", namespace=_meta(claim).get("namespace"),
-            name=_meta(claim).get("name"), uid=_uid(claim),
+            kind="PersistentVolumeClaim", namespace=meta_of(claim).get("namespace"),
+            name=meta_of(claim).get("name"), uid=uid_of(claim),
         )  # fmt: skip
         with bound:
             return await self._sync_claim(key, claim)
@@ -130,7 +136,7 @@ class Provisioner:
         delay = slow_retry_delay(
             self.slow_retries.get(key),
             now=time.monotonic(),
-            storage_class_uid=_uid(storage_class),
+            storage_class_uid=uid_of(storage_class),
             retry_interval_max=self.options.retry_interval_max,
         )
         if delay is not None:
@@ -156,7 +162,7 @@ class Provisioner:
         if not await self._has_room(claim, storage_class):
             self.competing[key] = (attempts + 1, None)
             return await self._compete(key, claim, storage_class)
-        meta = _meta(claim)
+        meta = meta_of(claim)
         patch = ownership.selected_node_patch(claim, node_name=self.options.node_name)
         try:
             await self.api.patch(kube.CLAIMS, meta["name"], patch, meta.get("namespace"))
@@ -240,8 +246,8 @@ class Provisioner:
         )
         parameters = storage_class.get("parameters")
         refs = secrets.secret_references(parameters, volume_name=plan.volume_name, claim=claim)
-        secret_data = await self._secret_data(refs.provisioner, required=True)
-        content_source = await self._content_source(claim, plan, storage_class)
+        secret_data = await read_secret_data(self.api, refs.provisioner, required=True)
+        content_source = await self.sources.content_source(claim, plan, storage_class)
         requirement = await self._accessibility(claim, storage_class)
         vac = await self._volume_attributes_class(plan.volume_attributes_class)
         request = requests.build_create_request(
@@ -281,7 +287,7 @@ class Provisioner:
             supports_topology=self.supports_topology,
         )
         await self._save(volume)
-        await self._release_snapshot_source(claim)
+        await self.sources.release_snapshot_source(claim)
         return volume
 
     async def _save(self, volume: dict[str, Any]) -> None:
@@ -328,12 +334,12 @@ class Provisioner:
         )
         log.warning("provisioning_failed", state=outcome.state.name, error=error_text(error))
         if outcome.infeasible:
-            self.slow_retries[key] = SlowRetry(time.monotonic(), _uid(storage_class))
+            self.slow_retries[key] = SlowRetry(time.monotonic(), uid_of(storage_class))
             return retry_after(self.options.retry_interval_max)
         if outcome.reschedule:
             if not await self._reschedule(claim):
                 return RETRY  # the node is still selected: the library retries the claim
-            self.topology_memos.pop(_uid(claim), None)
+            self.topology_memos.pop(uid_of(claim), None)
             return DONE
         if key not in self.caches.claims and key not in self.in_progress:
             return DONE  # deleted, and nothing can still be running on the driver
@@ -341,10 +347,10 @@ class Provisioner:
 
     async def _reschedule(self, claim: Body) -> bool:
         """Give the node back to the scheduler: remove `selected-node` (guarded by the uid)."""
-        meta = _meta(claim)
+        meta = meta_of(claim)
         patch = [
             {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-            {"op": "remove", "path": "/metadata/annotations/" + _escape(names.ANN_SELECTED_NODE)},
+            {"op": "remove", "path": "/metadata/annotations/" + escape(names.ANN_SELECTED_NODE)},
         ]
         try:
             await self.api.patch(
@@ -358,12 +364,12 @@ class Provisioner:
     def _forget(self, key: str, claim: Body) -> None:
         self.in_progress.pop(key, None)
         self.slow_retries.pop(key, None)
-        self.topology_memos.pop(_uid(claim), None)
+        self.topology_memos.pop(uid_of(claim), None)
         self._release(claim)
 
     def _release(self, claim: Body) -> None:
         if self.journal is not None:
-            self.journal.release(_uid(claim))
+            self.journal.release(uid_of(claim))
 
     async def resume(self) -> list[str]:
         """After a restart: remember the journal's claims that were deleted meanwhile.
@@ -378,7 +384,7 @@ class Provisioner:
             meta = claim.get("metadata", {})
             key = f"{meta.get('namespace')}/{meta.get('name')}"
             current = await self.api.get(kube.CLAIMS, meta.get("name", ""), meta.get("namespace"))
-            if current is None or _uid(current) != uid:
+            if current is None or uid_of(current) != uid:
                 self.in_progress[key] = claim
                 log.info("resuming_deleted_claim", claim=key, uid=uid)
             keys.append(key)
@@ -399,138 +405,15 @@ class Provisioner:
 
     # -- what a claim needs read ---------------------------------------------------------------
 
-    async def _secret_data(
-        self, ref: secrets.SecretRef | None, *, required: bool
-    ) -> dict[str, str]:
-        if ref is None:
-            return {}
-        try:
-            secret = await self.api.get(kube.SECRETS, ref.name, ref.namespace)
-        except kube.KubeError as exc:
-            secret, error = None, exc.message  # the API's own text, as client-go's err prints
-        else:
-            error = f'secrets "{ref.name}" not found'  # apimachinery's NotFound text
-        if secret is None:
-            # external-provisioner's getCredentials, verbatim.
-            message = f"error getting secret {ref.name} in namespace {ref.namespace}: {error}"
-            if required:
-                raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
-            log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)
-            return {}
-        data = secret.get("data") or {}
-        return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
-
-    async def _content_source(
-        self, claim: Body, plan: requests.RequestPlan, storage_class: Body
-    ) -> csi.VolumeContentSource | None:
-        ref = plan.data_source
-        if ref is None or plan.source_kind is None:
-            return None
-        if plan.source_kind is sources.SourceKind.CLONE:
-            source_claim = await self.api.get(kube.CLAIMS, ref.name, ref.namespace)
-            if source_claim is None:
-                raise sources.source_claim_unavailable(ref, claim=claim, error="not found")
-            volume_name = source_claim.get("spec", {}).get("volumeName") or ""
-            source_volume = await self.api.get(kube.VOLUMES, volume_name) if volume_name else None
-            cloned = sources.clone_source(
-                claim,
-                ref=ref,
-                storage_class=storage_class,
-                source_claim=source_claim,
-                source_volume=source_volume,
-            )
-            await self._protect(kube.CLAIMS, source_claim, protection.protect_clone_source)
-            return cloned
-        snapshot = await self.api.get(kube.SNAPSHOTS, ref.name, ref.namespace)
-        if snapshot is None:
-            raise sources.snapshot_unavailable(ref, error="not found")
-        content_name = sources.snapshot_content_name(snapshot)
-        content = await self.api.get(kube.SNAPSHOT_CONTENTS, content_name) if content_name else None
-        source = sources.snapshot_source(
-            claim,
-            ref=ref,
-            storage_class=storage_class,
-            snapshot=snapshot,
-            content=content,
-            prevent_volume_mode_conversion=self.options.prevent_volume_mode_conversion,
-        )
-        await self._protect(kube.SNAPSHOTS, snapshot, protection.protect_snapshot_source)
-        return source
-
-    async def _protect(self, resource: kube.Resource, obj: Body, change: Any) -> None:
-        """Put a source-protection finalizer on the source before CreateVolume may use it."""
-        finalizers = change(obj)
-        if finalizers is None:
-            return
-        try:
-            await self._patch_finalizers(resource, obj, finalizers)
-        except kube.KubeError as exc:
-            # The source changed under us (422/409) or is gone: retry the claim, fresh.
-            raise ProvisioningError(
-                f"failed to protect the data source {_meta(obj).get('name')}: {exc}",
-                state=ProvisioningState.NO_CHANGE,
-            ) from exc
-
-    async def _release_snapshot_source(self, claim: Body) -> None:
-        """After the PV is saved, the restored snapshot loses its protection (errors: logged)."""
-        ref = sources.data_source(claim)
-        if ref is None or ref.kind != names.KIND_VOLUME_SNAPSHOT:
-            return
-        try:
-            snapshot = await self.api.get(kube.SNAPSHOTS, ref.name, ref.namespace)
-            finalizers = protection.release_snapshot_source(snapshot) if snapshot else None
-            if snapshot is not None and finalizers is not None:
-                await self._patch_finalizers(kube.SNAPSHOTS, snapshot, finalizers)
-        except (kube.KubeError, ProvisioningError) as exc:
-            log.warning("snapshot_release_failed", snapshot=ref.name, error=str(exc))
-
-    # -- source protection controllers ---------------------------------------------------------
-
-    async def sync_clone_source(self, key: str) -> Outcome:
-        """A deleting source PVC loses cloning-protection once no Pending claim clones it."""
-        source = self.caches.claims.get(key)
-        if source is None:
-            return DONE
-        finalizers = protection.release_clone_source(source, claims=self.caches.claims)
-        if finalizers is None:
-            if _meta(source).get("deletionTimestamp") and names.FINALIZER_CLONING_PROTECTION in (
-                _meta(source).get("finalizers") or ()
-            ):
-                return RETRY  # a clone is still pending: look again later
-            return DONE
-        try:
-            updated = await self._patch_finalizers(kube.CLAIMS, source, finalizers)
-        except kube.KubeError as exc:
-            log.warning("clone_source_release_failed", claim=key, error=str(exc))
-            return RETRY
-        self.caches.claims.store(updated)
-        return DONE
-
-    async def sweep_snapshot_sources(self) -> int:
-        """Remove snapshot-as-source protection that no pending claim needs (upstream #1458)."""
-        pending = protection.pending_snapshot_keys(self.caches.claims)
-        released = 0
-        for snapshot in await self.api.list(kube.SNAPSHOTS):
-            finalizers = protection.release_orphaned_snapshot(snapshot, pending=pending)
-            if finalizers is None:
-                continue
-            try:
-                await self._patch_finalizers(kube.SNAPSHOTS, snapshot, finalizers)
-                released += 1
-            except kube.KubeError as exc:
-                log.warning("snapshot_release_failed", snapshot=_meta(snapshot).get("name"),
-                            error=str(exc))  # fmt: skip
-        return released
-
     async def _accessibility(
         self, claim: Body, storage_class: Body
     ) -> csi.TopologyRequirement | None:
         if not self.supports_topology:
             return None
-        uid = _uid(claim)
+        uid = uid_of(claim)
         result = topology.accessibility_requirements(
             driver_name=self.driver.name,
-            claim_name=_meta(claim).get("name", ""),
+            claim_name=meta_of(claim).get("name", ""),
             allowed_topologies=storage_class.get("allowedTopologies"),
             selected_node=decisions.selected_node(claim) or "",
             strict_topology=self.options.strict_topology,
@@ -552,103 +435,3 @@ class Provisioner:
                 state=ProvisioningState.NO_CHANGE,
             )
         return vac
-
-    # -- volumes -------------------------------------------------------------------------------
-
-    async def sync_volume(self, name: str) -> Outcome:
-        volume = self.caches.volumes.get(name)
-        if volume is None:
-            return DONE
-        with structlog.contextvars.bound_contextvars(
-            kind="PersistentVolume", name=name, uid=_uid(volume)
-        ):
-            return await self._sync_volume(volume)
-
-    async def _sync_volume(self, volume: Body) -> Outcome:
-        known = deletions.is_ours(volume, driver_name=self.driver.name)
-        if not known:
-            return DONE
-        finalizers = deletions.volume_finalizers(volume)
-        if finalizers is not None:
-            volume = await self._set_finalizers(volume, finalizers)
-        if not deletions.should_delete(volume, driver_name=self.driver.name).should:
-            return DONE
-        try:
-            await self._delete(volume)
-        except (deletions.DeletionError, CSIError, kube.KubeError) as exc:
-            text = error_text(exc) if isinstance(exc, CSIError) else str(exc)
-            log.warning("volume_delete_failed", error=text)
-            await self.recorder.post(
-                volume, type_=events.WARNING, reason=names.REASON_VOLUME_FAILED_DELETE,
-                message=text,
-            )  # fmt: skip
-            return RETRY
-        return DONE
-
-    async def _delete(self, volume: Body) -> None:
-        meta = _meta(volume)
-        if self.driver.has_controller("PUBLISH_UNPUBLISH_VOLUME"):
-            blocker = deletions.blocking_attachment(volume, attachments=self.caches.attachments)
-            if blocker is not None:
-                raise deletions.DeletionError(blocker)
-        class_name = volume.get("spec", {}).get("storageClassName") or ""
-        storage_class = self.caches.storage_classes.get(class_name)
-        try:
-            ref = secrets.deletion_secret_reference(volume, storage_class=storage_class)
-        except (secrets.SecretReferenceError, ProvisioningError) as exc:
-            raise deletions.DeletionError(str(exc)) from exc
-        secret_data = await self._secret_data(ref, required=False)
-        request = deletions.delete_request(
-            volume,
-            secrets=secret_data,
-            plugin_capabilities=self.driver.plugin_capabilities,
-            controller_capabilities=self.driver.controller_capabilities,
-        )
-        await self.csi.delete_volume(request)
-        log.info("volume_deleted")
-        if not meta.get("deletionTimestamp"):
-            await self.api.delete(kube.VOLUMES, meta["name"], uid=_uid(volume))
-        current = await self.api.get(kube.VOLUMES, meta["name"])
-        if current is not None:
-            remaining = [
-                f for f in _meta(current).get("finalizers") or () if f != names.FINALIZER_PV
-            ]
-            await self._set_finalizers(current, remaining)
-
-    async def _set_finalizers(self, volume: Body, finalizers: list[str]) -> Body:
-        updated = await self._patch_finalizers(kube.VOLUMES, volume, finalizers)
-        self.caches.volumes.store(updated)
-        return updated
-
-    async def _patch_finalizers(
-        self, resource: kube.Resource, obj: Body, finalizers: list[str]
-    ) -> Body:
-        """Replace an object's finalizers, guarded against a stale read (a JSON-patch `test`).
-
-        A stale cache (external-provisioner #1217: two sidecars patching one PV's finalizers)
-        then fails with 422/409 and is retried with a fresh read, instead of dropping the other
-        writer's finalizer.
-        """
-        meta = _meta(obj)
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-            {"op": "replace" if "finalizers" in meta else "add", "path": "/metadata/finalizers",
-             "value": finalizers},
-        ]  # fmt: skip
-        return await self.api.patch(
-            resource, meta["name"], patch, meta.get("namespace"), patch_type="json"
-        )
-
-
-def _meta(obj: Body) -> Mapping[str, Any]:
-    meta: Mapping[str, Any] = obj.get("metadata", {})
-    return meta
-
-
-def _uid(obj: Body) -> str:
-    return str(_meta(obj).get("uid", ""))
-
-
-def _escape(key: str) -> str:
-    """A JSON-pointer segment (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")

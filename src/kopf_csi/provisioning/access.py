@@ -1,0 +1,81 @@
+"""Reading and guarded writing of the objects the provisioner touches.
+
+Shared by the claim, source and volume operations: a secret's data as CreateVolume and
+DeleteVolume get it (with external-provisioner's error text), and finalizer changes guarded
+against a stale cache (a JSON-patch `test` of the resourceVersion).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from kopf_csi import kube
+from kopf_csi.provisioning import secrets
+from kopf_csi.provisioning.errors import ProvisioningError
+from kopf_csi.provisioning.states import ProvisioningState
+
+__all__ = ["escape", "meta", "read_secret_data", "replace_finalizers", "uid"]
+
+log = structlog.get_logger("kopf_csi.provisioning")
+Body = Mapping[str, Any]
+
+
+def meta(obj: Body) -> Mapping[str, Any]:
+    metadata: Mapping[str, Any] = obj.get("metadata", {})
+    return metadata
+
+
+def uid(obj: Body) -> str:
+    return str(meta(obj).get("uid", ""))
+
+
+def escape(key: str) -> str:
+    """A JSON-pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+async def read_secret_data(
+    api: kube.KubeClient, ref: secrets.SecretRef | None, *, required: bool
+) -> dict[str, str]:
+    """The secret's decoded data; a missing one is an error if `required`, else logged."""
+    if ref is None:
+        return {}
+    try:
+        secret = await api.get(kube.SECRETS, ref.name, ref.namespace)
+    except kube.KubeError as exc:
+        secret, error = None, exc.message  # the API's own text, as client-go's err prints
+    else:
+        error = f'secrets "{ref.name}" not found'  # apimachinery's NotFound text
+    if secret is None:
+        # external-provisioner's getCredentials, verbatim.
+        message = f"error getting secret {ref.name} in namespace {ref.namespace}: {error}"
+        if required:
+            raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
+        log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)
+        return {}
+    data = secret.get("data") or {}
+    return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
+
+
+async def replace_finalizers(
+    api: kube.KubeClient, resource: kube.Resource, obj: Body, finalizers: list[str]
+) -> Body:
+    """Replace an object's finalizers, guarded against a stale read (a JSON-patch `test`).
+
+    A stale cache (external-provisioner #1217: two sidecars patching one PV's finalizers)
+    then fails with 422/409 and is retried with a fresh read, instead of dropping the other
+    writer's finalizer.
+    """
+    metadata = meta(obj)
+    patch = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
+        {"op": "replace" if "finalizers" in metadata else "add", "path": "/metadata/finalizers",
+         "value": finalizers},
+    ]  # fmt: skip
+    return await api.patch(
+        resource, metadata["name"], patch, metadata.get("namespace"), patch_type="json"
+    )

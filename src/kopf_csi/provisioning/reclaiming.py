@@ -1,0 +1,114 @@
+"""Released volumes: DeleteVolume on the driver, then the PV and our finalizer go.
+
+The library's `deleteVolumeOperation` with external-provisioner's `Delete`: only our volumes,
+only Released ones with the Delete policy, never while a VolumeAttachment still names the PV
+(upstream #438), with the deletion secret. The PV finalizer is added to our Bound Delete-policy
+PVs and removed when the policy becomes Retain, so Retain never deletes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from kopf_csi import events, kube, names
+from kopf_csi.caches import Caches
+from kopf_csi.csi import CSIClient, CSIError, DriverInfo
+from kopf_csi.provisioning import deletions, secrets
+from kopf_csi.provisioning.access import meta as meta_of
+from kopf_csi.provisioning.access import read_secret_data, replace_finalizers
+from kopf_csi.provisioning.access import uid as uid_of
+from kopf_csi.provisioning.errors import ProvisioningError
+from kopf_csi.provisioning.states import error_text
+from kopf_csi.queueing import DONE, RETRY, Outcome
+
+__all__ = ["Reclaimer"]
+
+log = structlog.get_logger("kopf_csi.provisioning")
+Body = Mapping[str, Any]
+
+
+class Reclaimer:
+    """Deletes the backend volumes of released PVs, and keeps the PV finalizer right."""
+
+    def __init__(
+        self,
+        *,
+        csi_client: CSIClient,
+        api: kube.KubeClient,
+        recorder: events.Recorder,
+        caches: Caches,
+        driver: DriverInfo,
+    ) -> None:
+        self.csi = csi_client
+        self.api = api
+        self.recorder = recorder
+        self.caches = caches
+        self.driver = driver
+
+    async def sync_volume(self, name: str) -> Outcome:
+        volume = self.caches.volumes.get(name)
+        if volume is None:
+            return DONE
+        with structlog.contextvars.bound_contextvars(
+            kind="PersistentVolume", name=name, uid=uid_of(volume)
+        ):
+            return await self._sync_volume(volume)
+
+    async def _sync_volume(self, volume: Body) -> Outcome:
+        known = deletions.is_ours(volume, driver_name=self.driver.name)
+        if not known:
+            return DONE
+        finalizers = deletions.volume_finalizers(volume)
+        if finalizers is not None:
+            volume = await self._set_finalizers(volume, finalizers)
+        if not deletions.should_delete(volume, driver_name=self.driver.name).should:
+            return DONE
+        try:
+            await self._delete(volume)
+        except (deletions.DeletionError, CSIError, kube.KubeError) as exc:
+            text = error_text(exc) if isinstance(exc, CSIError) else str(exc)
+            log.warning("volume_delete_failed", error=text)
+            await self.recorder.post(
+                volume, type_=events.WARNING, reason=names.REASON_VOLUME_FAILED_DELETE,
+                message=text,
+            )  # fmt: skip
+            return RETRY
+        return DONE
+
+    async def _delete(self, volume: Body) -> None:
+        meta = meta_of(volume)
+        if self.driver.has_controller("PUBLISH_UNPUBLISH_VOLUME"):
+            blocker = deletions.blocking_attachment(volume, attachments=self.caches.attachments)
+            if blocker is not None:
+                raise deletions.DeletionError(blocker)
+        class_name = volume.get("spec", {}).get("storageClassName") or ""
+        storage_class = self.caches.storage_classes.get(class_name)
+        try:
+            ref = secrets.deletion_secret_reference(volume, storage_class=storage_class)
+        except (secrets.SecretReferenceError, ProvisioningError) as exc:
+            raise deletions.DeletionError(str(exc)) from exc
+        secret_data = await read_secret_data(self.api, ref, required=False)
+        request = deletions.delete_request(
+            volume,
+            secrets=secret_data,
+            plugin_capabilities=self.driver.plugin_capabilities,
+            controller_capabilities=self.driver.controller_capabilities,
+        )
+        await self.csi.delete_volume(request)
+        log.info("volume_deleted")
+        if not meta.get("deletionTimestamp"):
+            await self.api.delete(kube.VOLUMES, meta["name"], uid=uid_of(volume))
+        current = await self.api.get(kube.VOLUMES, meta["name"])
+        if current is not None:
+            remaining = [
+                f for f in meta_of(current).get("finalizers") or () if f != names.FINALIZER_PV
+            ]
+            await self._set_finalizers(current, remaining)
+
+    async def _set_finalizers(self, volume: Body, finalizers: list[str]) -> Body:
+        updated = await replace_finalizers(self.api, kube.VOLUMES, volume, finalizers)
+        self.caches.volumes.store(updated)
+        return updated
