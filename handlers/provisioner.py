@@ -137,14 +137,20 @@ async def _sweep(provisioner: Provisioner, interval: float) -> None:
 @kopf.on.event("", "v1", "persistentvolumeclaims", id="provisioner.claims")
 async def claim_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     claim = event["object"]
-    if event.get("type") == "DELETED":
+    key = object_key(claim)
+    bound = (
+        bool(claim.get("spec", {}).get("volumeName")) and key not in memo.provisioner.in_progress
+    )
+    # Only claims with work ahead are cached: the unbound ones, and protected clone sources.
+    # Bound claims are most of a cluster and nothing reads them (memory: see docs/benchmarks.md).
+    protected = names.FINALIZER_CLONING_PROTECTION in (claim["metadata"].get("finalizers") or ())
+    if event.get("type") == "DELETED" or (bound and not protected):
         memo.caches.claims.remove(claim)
     else:
         memo.caches.claims.store(claim)
-    key = object_key(claim)
     _watch_clone_sources(memo, key, claim)
-    if claim.get("spec", {}).get("volumeName") and key not in memo.provisioner.in_progress:
-        return  # bound: nothing to provision (the Go library's first check, done before queueing)
+    if bound:
+        return  # nothing to provision (the Go library's first check, done before queueing)
     memo.claims_queue.add(key)
 
 

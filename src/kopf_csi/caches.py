@@ -23,6 +23,17 @@ def object_key(obj: Body) -> str:
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
 
 
+def _slim(obj: Body) -> Body:
+    """The object without `metadata.managedFields`: server-side-apply bookkeeping that a real
+    API server adds to every object, often the largest part of it, and that nothing here reads.
+    """
+    meta = obj.get("metadata")
+    if not meta or "managedFields" not in meta:
+        return obj
+    slim_meta = {k: v for k, v in meta.items() if k != "managedFields"}
+    return {**obj, "metadata": slim_meta}
+
+
 class Cache:
     """Objects of one kind by key; stores plain dicts, never kopf bodies."""
 
@@ -30,7 +41,7 @@ class Cache:
         self._objects: dict[str, Body] = {}
 
     def store(self, obj: Body) -> None:
-        self._objects[object_key(obj)] = obj
+        self._objects[object_key(obj)] = _slim(obj)
 
     def remove(self, obj: Body) -> None:
         self._objects.pop(object_key(obj), None)
