@@ -32,6 +32,7 @@ def configure(*, level: str | int = "INFO", json: bool | None = None) -> None:
     )
     structlog.configure(
         processors=[
+            structlog.stdlib.filter_by_level,  # drop disabled levels before any work
             *shared,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
