@@ -13,6 +13,8 @@ import dataclasses
 import inspect
 import json
 import pathlib
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -155,6 +157,17 @@ async def _load(kubeconfig: pathlib.Path | None) -> Any:
     return configuration
 
 
+def _environment_proxy(host: str) -> str | None:
+    """`HTTPS_PROXY`/`HTTP_PROXY` for the API server, unless `NO_PROXY` exempts it."""
+    parts = urllib.parse.urlsplit(host)
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if parts.hostname and bypass(parts.hostname):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    proxy: str | None = proxies.get(parts.scheme or "https")
+    return proxy
+
+
 async def login(kubeconfig: pathlib.Path | None) -> Credentials:
     """The credentials in the kubeconfig (explicit path wins) or of the service account.
 
@@ -188,7 +201,14 @@ class KubeClient:
     @classmethod
     async def connect(cls, kubeconfig: pathlib.Path | None) -> KubeClient:
         configuration = await _load(kubeconfig)
-        return cls(kubernetes_asyncio.client.ApiClient(configuration=configuration))
+        if configuration.proxy is None:
+            configuration.proxy = _environment_proxy(configuration.host)
+        api = kubernetes_asyncio.client.ApiClient(configuration=configuration)
+        # kubernetes-asyncio opens its session with trust_env=True: aiohttp then scans the
+        # environment for proxies and a netrc file on every request, about a fifth of the
+        # operator's CPU per volume (docs/benchmarks.md). The proxy is resolved once, above.
+        api.rest_client.pool_manager._trust_env = False
+        return cls(api)
 
     async def close(self) -> None:
         await self._api.close()
