@@ -59,3 +59,17 @@ def sandbox(session: nox.Session) -> None:
     """Start the emulated cluster, the reference driver and the operator, and show them working."""
     install(session)
     session.run("python", "-m", "kopf_csi.sandbox", *session.posargs)
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Benchmark the provisioner: 1,000 claims end to end, then the RSS with 10,000 PVs present.
+
+    Arguments replace the default runs: `nox -s bench -- --claims 200 --class wffc`.
+    """
+    install(session)
+    if session.posargs:
+        session.run("python", "-m", "kopf_csi.bench", *session.posargs)
+        return
+    session.run("python", "-m", "kopf_csi.bench", "--claims", "1000")
+    session.run("python", "-m", "kopf_csi.bench", "--scale", "10000")

@@ -99,14 +99,17 @@ class Reclaimer:
         )
         await self.csi.delete_volume(request)
         log.info("volume_deleted")
-        if not meta.get("deletionTimestamp"):
-            await self.api.delete(kube.VOLUMES, meta["name"], uid=uid_of(volume))
-        current = await self.api.get(kube.VOLUMES, meta["name"])
-        if current is not None:
-            remaining = [
-                f for f in meta_of(current).get("finalizers") or () if f != names.FINALIZER_PV
-            ]
-            await self._set_finalizers(current, remaining)
+        if meta.get("deletionTimestamp"):
+            current: Body | None = volume
+        else:
+            # The answer is the PV itself while finalizers hold it (ours does), or a Status.
+            answer = await self.api.delete(kube.VOLUMES, meta["name"], uid=uid_of(volume))
+            current = answer if answer is not None and answer.get("kind") != "Status" else None
+        if current is not None and names.FINALIZER_PV in (meta_of(current).get("finalizers") or ()):
+            remaining = [f for f in meta_of(current)["finalizers"] if f != names.FINALIZER_PV]
+            await replace_finalizers(self.api, kube.VOLUMES, current, remaining)
+        # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do.
+        self.caches.volumes.remove(volume)
 
     async def _set_finalizers(self, volume: Body, finalizers: list[str]) -> Body:
         updated = await replace_finalizers(self.api, kube.VOLUMES, volume, finalizers)

@@ -1,0 +1,141 @@
+"""The emulated cluster, instrumented: who asks the API what, and when each claim got where.
+
+`MeasuredCluster` subclasses `EmulatedCluster` without changing it:
+
+- `_on_request` (the HTTP entry point) counts every request by client, verb and resource, and
+  the error answers by status as well. The
+  client is found from the connection's source port: the socket's inode in /proc/net/tcp,
+  then which process holds it (`operator` or `bench`); once per connection.
+- `_commit` (every write, HTTP or Python-level, in commit order) time-stamps each claim's steps
+  as they happen: created, its PV created, Bound, deleted, its PV deleted.
+
+The benchmark itself, the KCM stand-in and the driver never use HTTP (the first two use the
+Python-level API, the driver has no API client), so every request counted is the operator's;
+the client check proves it rather than assuming it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp.web
+
+from kopf_csi.bench import procfs
+from kopf_csi.testing import emulator
+from kopf_csi.testing.emulator import Body, EmulatedCluster, Kind
+
+__all__ = ["READS", "WRITES", "MeasuredCluster", "RequestKey", "Timeline"]
+
+READS = ("get", "list", "watch", "discovery")
+WRITES = ("create", "update", "patch", "delete")
+RequestKey = tuple[str, str, str]  # client, verb, resource
+
+
+class Timeline:
+    """When each claim (by uid) reached each step, on the monotonic clock (seconds)."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, float] = {}
+        self.volume_created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.deleted: dict[str, float] = {}
+        self.volume_deleted: dict[str, float] = {}
+        self.volumes = 0  # PVs present now
+
+    def observe(self, plural: str, type_: str, obj: Body, old: Body | None) -> None:
+        now = time.perf_counter()
+        if plural == "persistentvolumeclaims":
+            uid = obj["metadata"]["uid"]
+            if type_ == "ADDED":
+                self.created[uid] = now
+            elif type_ == "DELETED":
+                self.deleted[uid] = now
+            elif _phase(obj) == "Bound" and _phase(old) != "Bound":
+                self.bound.setdefault(uid, now)
+        elif plural == "persistentvolumes":
+            uid = ((obj.get("spec") or {}).get("claimRef") or {}).get("uid")
+            if type_ == "ADDED":
+                self.volumes += 1
+                if uid:
+                    self.volume_created.setdefault(uid, now)
+            elif type_ == "DELETED":
+                self.volumes -= 1
+                if uid:
+                    self.volume_deleted.setdefault(uid, now)
+
+
+def _phase(obj: Mapping[str, Any] | None) -> str | None:
+    return ((obj or {}).get("status") or {}).get("phase")
+
+
+class MeasuredCluster(EmulatedCluster):
+    """An `EmulatedCluster` that counts requests by client and time-stamps claims' steps."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.requests: collections.Counter[RequestKey] = collections.Counter()
+        self.errors: collections.Counter[tuple[str, str, str, int]] = collections.Counter()
+        self.timeline = Timeline()
+        self.clients: dict[str, int] = {"bench": os.getpid()}
+        self._connections: dict[tuple[int, int], str] = {}
+
+    async def __aenter__(self) -> MeasuredCluster:
+        await super().__aenter__()
+        return self
+
+    def watch_client(self, label: str, pid: int) -> None:
+        """Attribute requests from sockets of process `pid` to `label`."""
+        self.clients[label] = pid
+
+    def counts(self, client: str = "operator") -> collections.Counter[tuple[str, str]]:
+        """(verb, resource) -> requests so far, for one client."""
+        return collections.Counter(
+            {(verb, plural): n for (who, verb, plural), n in self.requests.items() if who == client}
+        )
+
+    def error_counts(self, client: str = "operator") -> collections.Counter[str]:
+        """ "verb resource status" -> error answers (4xx, 5xx) so far, for one client."""
+        return collections.Counter(
+            {
+                f"{verb} {plural} {status}": n
+                for (who, verb, plural, status), n in self.errors.items()
+                if who == client
+            }
+        )
+
+    async def _on_request(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        target = emulator._parse_path(request.path)
+        if target is None:
+            verb, plural = "discovery", request.path
+        else:
+            plural = target.plural + (f"/{target.subresource}" if target.subresource else "")
+            verb = emulator._verb(request.method, target, request.query) or request.method
+        client = self._client(request)
+        self.requests[(client, verb, plural)] += 1
+        response = await super()._on_request(request)
+        if response.status >= 400:
+            self.errors[(client, verb, plural, response.status)] += 1
+        return response
+
+    def _client(self, request: aiohttp.web.BaseRequest) -> str:
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if not peer:
+            return "unknown"
+        key = (int(peer[1]), id(transport))
+        client = self._connections.get(key)
+        if client is None:
+            client = procfs.socket_owner(int(peer[1]), self.port, self.clients)
+            self._connections[key] = client
+        return client
+
+    def _commit(
+        self, kind: Kind, key: tuple[str, str], type_: str, obj: Body, old: Body | None
+    ) -> Body:
+        committed = super()._commit(kind, key, type_, obj, old)
+        self.timeline.observe(kind.plural, type_, committed, old)
+        return committed

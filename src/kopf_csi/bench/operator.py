@@ -1,0 +1,190 @@
+"""`python -m kopf_csi.bench.operator`: the operator alone in a process, for the benchmark.
+
+The benchmark reads this process's CPU time and memory from /proc, so nothing else runs in it:
+the emulated cluster, the KCM stand-in and the driver stay in the benchmark's process. It runs
+the default handler modules in kopf as the tests and the sandbox do (`OperatorThread`), logs at
+WARNING to stderr, and talks to its parent over stdin and stdout, one JSON line each way:
+
+- once kopf has started and scanned the API, it prints ``{"ready": true, ...}``;
+- ``stats`` on stdin: it prints the cache sizes and the work queues' state;
+- ``gc``: a full garbage collection, and how many objects it freed and tracks;
+- ``memory`` (with ``--tracemalloc``): the top allocation sites of live memory;
+- ``stop``, or the end of stdin (the parent is gone): it stops kopf and exits.
+
+``--profile PATH`` (or ``KOPF_CSI_BENCH_PROFILE=PATH``) runs cProfile in every thread (kopf's
+loop and the executor threads that run sync handlers) and writes the merged stats to PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import json
+import os
+import pathlib
+import pstats
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Sequence
+from typing import Any
+
+from kopf_csi import logs
+from kopf_csi.queueing import WorkQueue
+from kopf_csi.settings import CSISettings, KubeSettings, Settings, WorkerSettings
+from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
+
+__all__ = ["main"]
+
+PROFILE_ENV = "KOPF_CSI_BENCH_PROFILE"
+
+
+class _Profiler:
+    """One cProfile.Profile per thread started from now on, merged at the end.
+
+    Each counts its thread's CPU time (`time.thread_time`), not wall time: the idle waits of
+    the event loop and of executor threads would swamp everything else.
+    """
+
+    def __init__(self) -> None:
+        self._profiles: list[cProfile.Profile] = []
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        main = cProfile.Profile(time.thread_time)
+        self._profiles.append(main)
+        threading.setprofile(self._start)
+        main.enable()
+
+    def _start(self, *_: Any) -> None:
+        # Called once, in each new thread, as its first profiled event: swap in a profiler.
+        sys.setprofile(None)
+        profile = cProfile.Profile(time.thread_time)
+        with self._lock:
+            self._profiles.append(profile)
+        profile.enable()
+
+    def dump(self, path: str) -> None:
+        threading.setprofile(None)
+        with self._lock:
+            profiles = list(self._profiles)
+        for profile in profiles:
+            profile.disable()
+        stats = pstats.Stats(profiles[0])
+        for profile in profiles[1:]:
+            with_calls = pstats.Stats(profile)
+            if with_calls.stats:  # type: ignore[attr-defined]
+                stats.add(with_calls)
+        stats.dump_stats(path)
+
+
+def _say(payload: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(payload, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def _stats(operator: OperatorThread) -> dict[str, Any]:
+    memo = operator.memo
+    caches = getattr(memo, "caches", None)
+    stats: dict[str, Any] = {"alive": operator.alive, "threads": threading.active_count()}
+    if caches is not None:
+        stats["caches"] = {
+            name: len(getattr(caches, name))
+            for name in ("claims", "volumes", "storage_classes", "attachments", "csinodes", "nodes")
+        }
+    stats["queues"] = {
+        queue.name: {
+            "depth": queue.depth,
+            "in_flight": queue.in_flight,
+            "pending_delayed": queue.pending_delayed,
+        }
+        for queue in list(memo.values())
+        if isinstance(queue, WorkQueue)
+    }
+    provisioner = getattr(memo, "provisioner", None)
+    if provisioner is not None:
+        stats["in_progress"] = len(provisioner.in_progress)
+    return stats
+
+
+def _memory(limit: int = 25) -> dict[str, Any]:
+    """Live memory by allocation site (file:line, traced frames only), largest first."""
+    if not tracemalloc.is_tracing():
+        return {"error": "start the operator with --tracemalloc"}
+    gc.collect()
+    snapshot = tracemalloc.take_snapshot()
+    stats = snapshot.statistics("lineno")
+    total = sum(stat.size for stat in stats)
+    top = [
+        {"site": f"{stat.traceback[0].filename}:{stat.traceback[0].lineno}",
+         "kib": stat.size // 1024, "blocks": stat.count}
+        for stat in stats[:limit]
+    ]  # fmt: skip
+    _, peak = tracemalloc.get_traced_memory()
+    return {"traced_kib": total // 1024, "peak_kib": peak // 1024, "top": top}
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    settings = Settings(
+        csi=CSISettings(address=args.csi_address, timeout=args.csi_timeout),
+        kube=KubeSettings(kubeconfig=pathlib.Path(args.kubeconfig)),
+        workers=WorkerSettings(provisioner=args.workers),
+    )
+    operator = OperatorThread(settings=settings, modules=DEFAULT_MODULES)
+    try:
+        await operator.start()
+    except (TimeoutError, RuntimeError) as exc:
+        _say({"ready": False, "error": repr(exc)})
+        return 1
+    _say({"ready": True, "pid": os.getpid(), "modules": list(operator.modules)})
+    try:
+        while True:
+            line = await asyncio.to_thread(sys.stdin.readline)
+            command = line.strip()
+            if not line or command == "stop":
+                break
+            if command == "stats":
+                _say(_stats(operator))
+            elif command == "gc":
+                _say({"collected": gc.collect(), "objects": len(gc.get_objects())})
+            elif command == "memory":
+                _say(_memory())
+            else:
+                _say({"error": f"unknown command {command!r}"})
+    finally:
+        await operator.stop()
+    return 0 if operator.error is None else 1
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kopf_csi.bench.operator", description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--csi-address", required=True)
+    parser.add_argument("--csi-timeout", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=WorkerSettings.provisioner)
+    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--profile", default=os.environ.get(PROFILE_ENV) or None)
+    parser.add_argument(
+        "--tracemalloc", type=int, default=0, metavar="FRAMES",
+        help="trace allocations, keeping FRAMES frames each (for `memory`)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.tracemalloc:
+        tracemalloc.start(args.tracemalloc)
+    logs.configure(level=args.log_level, json=False)
+    profiler = _Profiler() if args.profile else None
+    if profiler is not None:
+        profiler.install()
+    try:
+        code = asyncio.run(_serve(args))
+    finally:
+        if profiler is not None:
+            profiler.dump(args.profile)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

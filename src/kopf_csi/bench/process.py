@@ -1,0 +1,134 @@
+"""The operator's process, seen from the benchmark: start, ask, sample, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import sys
+from typing import IO, Any
+
+from kopf_csi.bench import procfs
+
+__all__ = ["OperatorProcess", "OperatorProcessError"]
+
+
+class OperatorProcessError(RuntimeError):
+    """The operator process failed to start, answer or stop; the message has its log's tail."""
+
+
+class OperatorProcess:
+    """`python -m kopf_csi.bench.operator` as a child process, its log in a file."""
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: pathlib.Path,
+        csi_address: str,
+        workers: int,
+        log_path: pathlib.Path,
+        profile: pathlib.Path | None = None,
+        tracemalloc: int = 0,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self.argv = [
+            sys.executable, "-m", "kopf_csi.bench.operator",
+            "--kubeconfig", str(kubeconfig), "--csi-address", csi_address,
+            "--workers", str(workers),
+        ]  # fmt: skip
+        if profile is not None:
+            self.argv += ["--profile", str(profile)]
+        if tracemalloc:
+            self.argv += ["--tracemalloc", str(tracemalloc)]
+        self.log_path = log_path
+        self.start_timeout = start_timeout
+        self._process: asyncio.subprocess.Process | None = None
+        self._log: IO[bytes] | None = None
+        self.final: procfs.Sample | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise OperatorProcessError("the operator process is not running")
+        return self._process.pid
+
+    async def spawn(self) -> int:
+        """Start the process (its pid is known from here on); then `wait_ready()`."""
+        self._log = self.log_path.open("wb")
+        self._process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=self._log,
+        )
+        return self._process.pid
+
+    async def wait_ready(self) -> dict[str, Any]:
+        """Until kopf has started and scanned the API (the operator says so)."""
+        try:
+            answer = await asyncio.wait_for(self._read(), self.start_timeout)
+        except TimeoutError:
+            raise OperatorProcessError(
+                f"the operator was not ready in {self.start_timeout:g}s\n{self.log_tail()}"
+            ) from None
+        if not answer.get("ready"):
+            raise OperatorProcessError(f"the operator did not start: {answer}\n{self.log_tail()}")
+        return answer
+
+    async def stats(self) -> dict[str, Any]:
+        """The operator's caches and queues (costs it a little CPU: not during a phase)."""
+        await self._send("stats")
+        return await asyncio.wait_for(self._read(), 10.0)
+
+    async def collect(self) -> dict[str, Any]:
+        """A full garbage collection in the operator."""
+        await self._send("gc")
+        return await asyncio.wait_for(self._read(), 60.0)
+
+    async def memory(self) -> dict[str, Any]:
+        """Top allocation sites (the operator must run with tracemalloc)."""
+        await self._send("memory")
+        return await asyncio.wait_for(self._read(), 120.0)
+
+    def sample(self) -> procfs.Sample:
+        return procfs.sample(self.pid)
+
+    async def stop(self, *, timeout: float = 30.0) -> int:
+        """Stop it, keeping its last CPU and memory figures in `final`."""
+        process = self._process
+        if process is None:
+            return 0
+        if process.returncode is None:
+            self.final = procfs.sample(process.pid)  # before it exits and /proc goes
+            try:
+                await self._send("stop")
+                await asyncio.wait_for(process.wait(), timeout)
+            except (TimeoutError, ConnectionError):
+                process.kill()
+                await process.wait()
+        if self._log is not None:
+            self._log.close()
+        return process.returncode or 0
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def _send(self, command: str) -> None:
+        if self._process is None or self._process.stdin is None:
+            raise OperatorProcessError("the operator process is not running")
+        self._process.stdin.write(command.encode() + b"\n")
+        await self._process.stdin.drain()
+
+    async def _read(self) -> dict[str, Any]:
+        if self._process is None or self._process.stdout is None:
+            raise OperatorProcessError("the operator process is not running")
+        line = await self._process.stdout.readline()
+        if not line:
+            code = await self._process.wait()
+            raise OperatorProcessError(f"the operator exited ({code})\n{self.log_tail()}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer

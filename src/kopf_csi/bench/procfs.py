@@ -1,0 +1,93 @@
+"""What Linux says about a process: CPU time, memory and threads from /proc/<pid>/.
+
+CPU is `utime + stime` from `/proc/<pid>/stat` (every thread, the exited ones included; in
+clock ticks, usually 10 ms). Memory is `VmRSS` (now) and `VmHWM` (the peak resident set since
+the process started) from `/proc/<pid>/status`. Client sockets are matched to processes through
+`/proc/net/tcp` and `/proc/<pid>/fd`, to tell whose HTTP requests the emulated API serves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+
+__all__ = ["MiB", "Sample", "cpu_seconds", "sample", "socket_owner"]
+
+MiB = 1024 * 1024
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    cpu: float
+    """Seconds of CPU (user + system) since the process started."""
+    rss: int
+    """Resident set now, bytes."""
+    hwm: int
+    """Peak resident set so far, bytes."""
+    threads: int
+
+
+def cpu_seconds(pid: int) -> float:
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15
+
+
+def sample(pid: int) -> Sample:
+    status: dict[str, str] = {}
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        status[key] = value.strip()
+    return Sample(
+        cpu=cpu_seconds(pid),
+        rss=_kib(status.get("VmRSS", "0 kB")),
+        hwm=_kib(status.get("VmHWM", "0 kB")),
+        threads=int(status.get("Threads", "0")),
+    )
+
+
+def _kib(value: str) -> int:
+    return int(value.split()[0]) * 1024
+
+
+def socket_owner(local_port: int, remote_port: int, pids: dict[str, int]) -> str:
+    """Which of `pids` (label -> pid) holds the TCP client socket `local_port -> remote_port`.
+
+    "unknown" if none does (or the socket is gone already).
+    """
+    inode = _socket_inode(local_port, remote_port)
+    if inode is None:
+        return "unknown"
+    link = f"socket:[{inode}]"
+    for label, pid in pids.items():
+        fd_dir = pathlib.Path(f"/proc/{pid}/fd")
+        try:
+            entries = list(fd_dir.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if os.readlink(entry) == link:
+                    return label
+            except OSError:
+                continue
+    return "unknown"
+
+
+def _socket_inode(local_port: int, remote_port: int) -> str | None:
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = pathlib.Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if (
+                int(local.rsplit(":", 1)[1], 16) == local_port
+                and int(remote.rsplit(":", 1)[1], 16) == remote_port
+            ):
+                return inode
+    return None

@@ -1,0 +1,237 @@
+"""The figures: percentiles, request tallies, the targets, and the printed tables.
+
+A report is a plain dict (it is also what `--json` writes); these functions build its parts
+and render it. Targets come from the provisioner issue's "Done when"; the Go figures are its
+"for scale" numbers, measured against a real API server on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from kopf_csi.bench.cluster import READS, WRITES
+from kopf_csi.bench.procfs import MiB
+
+__all__ = [
+    "TARGET_CPU_MS",
+    "TARGET_RSS_MIB",
+    "TARGET_WRITES",
+    "format_claims",
+    "format_scale",
+    "latencies",
+    "percentile",
+    "requests_summary",
+    "target",
+]
+
+TARGET_WRITES = 4.0  # API writes per provisioned volume (Go: 3, the PV and two events)
+TARGET_CPU_MS = 3.0  # operator CPU per provisioned volume (Go: about 3 ms)
+TARGET_RSS_MIB = 150.0  # operator RSS with 10,000 PVs in the cluster (Go: 68 MiB for 200)
+GO_REFERENCE = (
+    "Go csi-provisioner, 2 cores, real API server, 100 workers, QPS 1000: 200 PVs in about 2 s "
+    "(about 100/s), about 3 ms CPU per volume, 68 MiB RSS; at its default 5 QPS: 39 s."
+)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty sequence."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def latencies(values: Sequence[float]) -> dict[str, float]:
+    """p50, p99 and max, in milliseconds."""
+    return {
+        "count": len(values),
+        "p50_ms": round(percentile(values, 50) * 1000, 1),
+        "p99_ms": round(percentile(values, 99) * 1000, 1),
+        "max_ms": round(max(values) * 1000, 1) if values else math.nan,
+    }
+
+
+def requests_summary(counts: Mapping[tuple[str, str], int], volumes: int) -> dict[str, Any]:
+    """Requests by verb and by verb and resource, totals and per volume."""
+    by_verb: dict[str, int] = {}
+    for (verb, _), n in counts.items():
+        by_verb[verb] = by_verb.get(verb, 0) + n
+    reads = sum(n for verb, n in by_verb.items() if verb in READS)
+    writes = sum(n for verb, n in by_verb.items() if verb in WRITES)
+    per = max(volumes, 1)
+    return {
+        "reads": reads,
+        "writes": writes,
+        "reads_per_volume": round(reads / per, 3),
+        "writes_per_volume": round(writes / per, 3),
+        "by_verb": dict(sorted(by_verb.items())),
+        "by_verb_per_volume": {verb: round(n / per, 3) for verb, n in sorted(by_verb.items())},
+        "by_resource": {
+            f"{verb} {resource}": n for (verb, resource), n in sorted(counts.items()) if n
+        },
+    }
+
+
+def target(name: str, measured: float, limit: float, unit: str) -> dict[str, Any]:
+    """A target as "measured < limit" (`at most` for writes: `<=`)."""
+    ok = measured <= limit if unit == "writes/volume" else measured < limit
+    return {"name": name, "measured": measured, "limit": limit, "unit": unit, "ok": ok}
+
+
+def _mib(value: int) -> str:
+    return f"{value / MiB:.1f} MiB"
+
+
+def _table(rows: Iterable[Sequence[str]]) -> str:
+    rows = [list(row) for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append(
+            "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        )
+        if index == 0:
+            lines.append("  " + "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _targets(targets: Sequence[Mapping[str, Any]]) -> str:
+    rows = [("target", "measured", "limit", "result")]
+    for t in targets:
+        comparison = "<=" if t["unit"] == "writes/volume" else "<"
+        rows.append(
+            (
+                t["name"],
+                f"{t['measured']:.2f} {t['unit']}",
+                f"{comparison} {t['limit']:g}",
+                "pass" if t["ok"] else "FAIL",
+            )
+        )
+    return _table(rows)
+
+
+def _verbs(summary: Mapping[str, Any]) -> str:
+    verbs = summary["by_verb_per_volume"]
+    return ", ".join(f"{verb} {n:g}" for verb, n in verbs.items()) or "none"
+
+
+def format_claims(report: Mapping[str, Any]) -> str:
+    config, startup = report["config"], report["startup"]
+    provision, delete = report["provision"], report["delete"]
+    operator = report["operator"]
+    rows = [
+        ("", "provision", "delete"),
+        ("claims", str(provision["claims"]), str(delete["claims"])),
+        (
+            "claims/s",
+            f"{provision['claims_per_s']:.1f} (to Bound)",
+            f"{delete['claims_per_s']:.1f} (to PV gone)",
+        ),
+        (
+            "wall time",
+            f"{provision['seconds_to_bound']:.2f} s (PVs {provision['seconds_to_volumes']:.2f} s)",
+            f"{delete['seconds']:.2f} s",
+        ),
+        (
+            "latency p50 / p99",
+            "PV {p50_ms:g} / {p99_ms:g} ms".format(**provision["latency_to_volume"])
+            + ", Bound {p50_ms:g} / {p99_ms:g} ms".format(**provision["latency_to_bound"]),
+            "PV gone {p50_ms:g} / {p99_ms:g} ms".format(**delete["latency_to_volume_gone"]),
+        ),
+        (
+            "operator CPU",
+            f"{provision['cpu_ms_per_volume']:.2f} ms/volume ({provision['cpu_seconds']:.2f} s)",
+            f"{delete['cpu_ms_per_volume']:.2f} ms/volume ({delete['cpu_seconds']:.2f} s)",
+        ),
+        (
+            "bench process CPU",
+            f"{provision['bench_cpu_seconds']:.2f} s",
+            f"{delete['bench_cpu_seconds']:.2f} s",
+        ),
+        (
+            "API reads/volume",
+            f"{provision['requests']['reads_per_volume']:g}",
+            f"{delete['requests']['reads_per_volume']:g}",
+        ),
+        (
+            "API writes/volume",
+            f"{provision['requests']['writes_per_volume']:g}",
+            f"{delete['requests']['writes_per_volume']:g}",
+        ),
+        ("  by verb", _verbs(provision["requests"]), _verbs(delete["requests"])),
+    ]
+    lines = [
+        f"kopf-csi benchmark: {config['claims']} claims, class {config['storage_class']}, "
+        f"{config['workers']} workers, driver durable={config['driver_durable']}",
+        f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
+        f"revision {config['revision']}",
+        f"  operator modules: {', '.join(config['operator_modules'])}",
+        "",
+        _table(rows),
+        "",
+        "  requests by resource (operator only):",
+    ]
+    for phase in ("provision", "delete"):
+        detail = ", ".join(f"{k} {v}" for k, v in report[phase]["requests"]["by_resource"].items())
+        lines.append(f"    {phase}: {detail or 'none'}")
+    for phase in ("provision", "delete"):
+        errors = ", ".join(f"{k}: {v}" for k, v in report[phase]["errors"].items())
+        lines.append(f"  error answers to the operator, {phase}: {errors or 'none'}")
+    lines += [
+        f"  operator: RSS {_mib(operator['rss_idle'])} idle after start, peak "
+        f"{_mib(operator['rss_peak'])}, {_mib(operator['rss_end'])} at the end; "
+        f"up to {operator['threads_peak']} threads; start-up {startup['seconds']:.2f} s, "
+        f"{startup['cpu_seconds']:.2f} s CPU",
+        f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
+        f"  events posted by the operator: {report['operator_events'] or 'none'}; "
+        f"driver volumes left: {report['driver_volumes_left']}",
+        "  bench process: the API emulator, the KCM stand-in and the driver (one core at most)",
+        "",
+        _targets(report["targets"]),
+        "",
+        f"  for scale: {GO_REFERENCE}",
+    ]
+    return "\n".join(lines)
+
+
+def format_scale(report: Mapping[str, Any]) -> str:
+    config, operator = report["config"], report["operator"]
+    startup = report["startup"]
+    lines = [
+        f"kopf-csi benchmark: operator memory with {config['pairs']} bound PV/PVC pairs present",
+        f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
+        f"revision {config['revision']}",
+        f"  operator modules: {', '.join(config['operator_modules'])}",
+        "",
+        f"  population created in {report['populate_seconds']:.1f} s (bench, Python-level API); "
+        f"KCM stand-in writes afterwards: {report['kcm_writes']}",
+        f"  operator start-up to settled: {startup['seconds']:.1f} s, "
+        f"{startup['cpu_seconds']:.2f} s CPU; caches: {report['caches']}",
+        f"  operator requests during start-up: {startup['requests']['by_resource'] or 'none'}",
+        f"  error answers to the operator: {startup['errors'] or 'none'}",
+        f"  RSS settled: {_mib(operator['rss_settled'])}; after {report['idle_wait']:g} s idle: "
+        f"{_mib(operator['rss_idle'])}; peak (VmHWM): {_mib(operator['rss_peak'])}; "
+        f"up to {operator['threads_peak']} threads",
+        f"  after a full gc.collect() ({operator['gc']['collected']} freed, "
+        f"{operator['gc']['objects']} tracked): RSS {_mib(operator['rss_after_gc'])}",
+        f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
+        "",
+        _targets(report["targets"]),
+        "",
+        f"  for scale: {GO_REFERENCE}",
+    ]
+    memory = report.get("memory")
+    if memory:
+        lines += [
+            "",
+            f"  traced live memory {memory.get('traced_kib', 0) / 1024:.1f} MiB (peak "
+            f"{memory.get('peak_kib', 0) / 1024:.1f} MiB; tracemalloc's view), top sites:",
+        ]
+        lines += [
+            f"    {site['kib'] / 1024:7.1f} MiB  {site['blocks']:>8} blocks  {site['site']}"
+            for site in memory.get("top", [])
+        ]
+    return "\n".join(lines)

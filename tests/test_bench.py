@@ -1,0 +1,91 @@
+"""The benchmark harness (`nox -s bench`), small: it runs, and its report is complete and sane.
+
+We test these aspects:
+- a claims run (20 claims) provisions and deletes every claim through the operator process,
+  and reports every figure: claims/s, p50/p99 latencies, operator CPU per volume, API reads
+  and writes per volume by verb, RSS, and the targets with a pass/fail each;
+- every HTTP request the emulated API served came from the operator process;
+- the progress display writes lines while it runs (not on a terminal here);
+- a scale run (30 pairs) has the operator list every pair, write nothing, and report its memory.
+
+No figure is compared with a target here: a loaded CI machine would make that flaky.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pathlib
+
+from kopf_csi.bench import Options, run_claims, run_scale
+from kopf_csi.bench.procfs import MiB
+from kopf_csi.bench.progress import Progress
+from kopf_csi.bench.report import format_claims, format_scale, percentile
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert [percentile(values, p) for p in (50, 99, 100)] == [50, 99, 100]
+    assert percentile([3.0], 99) == 3.0
+    assert math.isnan(percentile([], 50))
+
+
+async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
+    stream = io.StringIO()
+    progress = Progress(stream, tty=False, interval=0.05)
+    report = await run_claims(Options(claims=20, workdir=tmp_path / "bench"), progress)
+
+    provision, delete = report["provision"], report["delete"]
+    assert provision["claims"] == delete["claims"] == 20
+    for phase, latencies in ((provision, ("latency_to_volume", "latency_to_bound")),
+                             (delete, ("latency_to_volume_gone",))):  # fmt: skip
+        assert phase["claims_per_s"] > 0
+        assert phase["cpu_seconds"] >= 0
+        for name in latencies:
+            figures = phase[name]
+            assert figures["count"] == 20
+            assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"] < 60_000
+        requests = phase["requests"]
+        assert requests["writes"] > 0
+        assert requests["writes_per_volume"] == round(requests["writes"] / 20, 3)
+        assert set(requests["by_verb"]) <= {"get", "list", "watch", "create", "patch", "delete",
+                                            "update", "discovery"}  # fmt: skip
+    assert provision["latency_to_volume"]["p50_ms"] <= provision["latency_to_bound"]["p50_ms"]
+    assert provision["cpu_seconds"] + delete["cpu_seconds"] > 0
+    # Every volume needs its PV created; the Go sidecar's 3 writes are the floor to beat.
+    assert 1 <= provision["requests"]["by_verb"]["create"] / 20 <= 10
+    assert 1 <= delete["requests"]["writes_per_volume"] <= 10
+
+    operator = report["operator"]
+    assert 20 * MiB < operator["rss_idle"] <= operator["rss_peak"] < 2048 * MiB
+    assert report["other_clients"] == {}  # the bench and the KCM stand-in use no HTTP
+    assert report["driver_volumes_left"] == 0
+    assert report["operator_events"].get("ProvisioningSucceeded") == 20
+    assert [t["name"] for t in report["targets"]] == [
+        "API writes per provisioned volume",
+        "operator CPU per provisioned volume",
+    ]
+    assert all(isinstance(t["ok"], bool) for t in report["targets"])
+
+    text = format_claims(report)
+    for label in ("claims/s", "latency p50 / p99", "operator CPU", "API writes/volume", "RSS"):
+        assert label in text
+    lines = stream.getvalue().splitlines()
+    assert any(line.startswith("provision") for line in lines)
+    assert any(line.startswith("delete") for line in lines)
+    assert (tmp_path / "bench" / "operator.log").exists()
+
+
+async def test_scale_run_lists_every_pair(tmp_path: pathlib.Path) -> None:
+    options = Options(scale=30, idle_wait=0.0, workdir=tmp_path / "bench")
+    report = await run_scale(options, Progress(enabled=False))
+    assert report["kcm_writes"] == 0  # the pairs are exactly what the KCM stand-in expects
+    requests = report["startup"]["requests"]
+    assert requests["by_resource"]["list persistentvolumes"] >= 1
+    assert requests["by_resource"]["list persistentvolumeclaims"] >= 1
+    assert requests["writes"] == 0  # nothing to do for bound volumes
+    assert isinstance(report["caches"], dict)  # what the operator chose to keep: reported
+    assert report["other_clients"] == {}
+    operator = report["operator"]
+    assert 20 * MiB < operator["rss_settled"] <= operator["rss_peak"] < 2048 * MiB
+    assert "RSS settled" in format_scale(report)
