@@ -63,7 +63,7 @@ def sandbox(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
-    """Benchmark the provisioner: 1,000 claims end to end, then the RSS with 10,000 PVs present.
+    """Benchmark: 1,000 claims end to end, the RSS with 10,000 PVs, 1,000 attaches and detaches.
 
     Arguments replace the default runs: `nox -s bench -- --claims 200 --class wffc`.
     """
@@ -73,3 +73,4 @@ def bench(session: nox.Session) -> None:
         return
     session.run("python", "-m", "kopf_csi.bench", "--claims", "1000")
     session.run("python", "-m", "kopf_csi.bench", "--scale", "10000")
+    session.run("python", "-m", "kopf_csi.bench", "--attach", "1000")

@@ -6,7 +6,9 @@ We test these aspects:
   and writes per volume by verb, RSS, and the targets with a pass/fail each;
 - every HTTP request the emulated API served came from the operator process;
 - the progress display writes lines while it runs (not on a terminal here);
-- a scale run (30 pairs) has the operator list every pair, write nothing, and report its memory.
+- a scale run (30 pairs) has the operator list every pair, write nothing, and report its memory;
+- an attach run (20 VolumeAttachments over 10 nodes) attaches every one through the driver,
+  detaches every one, and reports the same figures as a claims run.
 
 No figure is compared with a target here: a loaded CI machine would make that flaky.
 """
@@ -17,10 +19,10 @@ import io
 import math
 import pathlib
 
-from kopf_csi.bench import Options, run_claims, run_scale
+from kopf_csi.bench import Options, run_attach, run_claims, run_scale
 from kopf_csi.bench.procfs import MiB
 from kopf_csi.bench.progress import Progress
-from kopf_csi.bench.report import format_claims, format_scale, percentile
+from kopf_csi.bench.report import format_attach, format_claims, format_scale, percentile
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -89,3 +91,36 @@ async def test_scale_run_lists_every_pair(tmp_path: pathlib.Path) -> None:
     operator = report["operator"]
     assert 20 * MiB < operator["rss_settled"] <= operator["rss_peak"] < 2048 * MiB
     assert "RSS settled" in format_scale(report)
+
+
+async def test_attach_run_attaches_and_detaches_every_attachment(tmp_path: pathlib.Path) -> None:
+    stream = io.StringIO()
+    progress = Progress(stream, tty=False, interval=0.05)
+    report = await run_attach(Options(attach=20, workdir=tmp_path / "bench"), progress)
+
+    attach, detach = report["attach"], report["detach"]
+    assert attach["attachments"] == detach["attachments"] == 20
+    for phase, name in ((attach, "latency_to_attached"), (detach, "latency_to_gone")):
+        assert phase["attachments_per_s"] > 0
+        assert phase["cpu_seconds"] >= 0
+        figures = phase[name]
+        assert figures["count"] == 20
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"] < 60_000
+        requests = phase["requests"]
+        assert requests["writes_per_volume"] == round(requests["writes"] / 20, 3)
+        assert phase["errors"] == {}
+    # At least the finalizer and status.attached; the finalizer's removal on detach.
+    assert 2 <= attach["requests"]["writes_per_volume"] <= 10
+    assert 1 <= detach["requests"]["writes_per_volume"] <= 10
+    assert report["driver_published_after_attach"] == 20
+    assert report["driver_published_left"] == 0
+    assert report["other_clients"] == {}
+    operator = report["operator"]
+    assert 20 * MiB < operator["rss_idle"] <= operator["rss_peak"] < 2048 * MiB
+
+    text = format_attach(report)
+    for label in ("VAs/s", "latency p50 / p99", "operator CPU", "API writes/VA", "RSS"):
+        assert label in text
+    lines = stream.getvalue().splitlines()
+    assert any(line.startswith("attach") for line in lines)
+    assert any(line.startswith("detach") for line in lines)

@@ -7,7 +7,8 @@
   client is found from the connection's source port: the socket's inode in /proc/net/tcp,
   then which process holds it (`operator` or `bench`); once per connection.
 - `_commit` (every write, HTTP or Python-level, in commit order) time-stamps each claim's steps
-  as they happen: created, its PV created, Bound, deleted, its PV deleted.
+  as they happen: created, its PV created, Bound, deleted, its PV deleted; and each
+  VolumeAttachment's: created, attached, deleted (deletionTimestamp set), gone.
 
 The benchmark itself, the KCM stand-in and the driver never use HTTP (the first two use the
 Python-level API, the driver has no API client), so every request counted is the operator's;
@@ -36,7 +37,10 @@ RequestKey = tuple[str, str, str]  # client, verb, resource
 
 
 class Timeline:
-    """When each claim (by uid) reached each step, on the monotonic clock (seconds)."""
+    """When each claim (by uid) and each VolumeAttachment (by name) reached each step.
+
+    On the monotonic clock (seconds).
+    """
 
     def __init__(self) -> None:
         self.created: dict[str, float] = {}
@@ -45,6 +49,10 @@ class Timeline:
         self.deleted: dict[str, float] = {}
         self.volume_deleted: dict[str, float] = {}
         self.volumes = 0  # PVs present now
+        self.va_created: dict[str, float] = {}
+        self.va_attached: dict[str, float] = {}
+        self.va_deleted: dict[str, float] = {}
+        self.va_gone: dict[str, float] = {}
 
     def observe(self, plural: str, type_: str, obj: Body, old: Body | None) -> None:
         now = time.perf_counter()
@@ -66,6 +74,18 @@ class Timeline:
                 self.volumes -= 1
                 if uid:
                     self.volume_deleted.setdefault(uid, now)
+        elif plural == "volumeattachments":
+            name = obj["metadata"]["name"]
+            if type_ == "ADDED":
+                self.va_created[name] = now
+            elif type_ == "DELETED":
+                self.va_deleted.setdefault(name, now)  # deleted without a finalizer
+                self.va_gone[name] = now
+            else:
+                if (obj.get("status") or {}).get("attached"):
+                    self.va_attached.setdefault(name, now)
+                if obj["metadata"].get("deletionTimestamp"):
+                    self.va_deleted.setdefault(name, now)
 
 
 def _phase(obj: Mapping[str, Any] | None) -> str | None:

@@ -18,6 +18,7 @@ __all__ = [
     "TARGET_CPU_MS",
     "TARGET_RSS_MIB",
     "TARGET_WRITES",
+    "format_attach",
     "format_claims",
     "format_scale",
     "latencies",
@@ -193,6 +194,77 @@ def format_claims(report: Mapping[str, Any]) -> str:
         _targets(report["targets"]),
         "",
         f"  for scale: {GO_REFERENCE}",
+    ]
+    return "\n".join(lines)
+
+
+def format_attach(report: Mapping[str, Any]) -> str:
+    config, startup = report["config"], report["startup"]
+    attach, detach = report["attach"], report["detach"]
+    operator = report["operator"]
+    rows = [
+        ("", "attach", "detach"),
+        ("VolumeAttachments", str(attach["attachments"]), str(detach["attachments"])),
+        (
+            "VAs/s",
+            f"{attach['attachments_per_s']:.1f} (to attached)",
+            f"{detach['attachments_per_s']:.1f} (to VA gone)",
+        ),
+        ("wall time", f"{attach['seconds']:.2f} s", f"{detach['seconds']:.2f} s"),
+        (
+            "latency p50 / p99",
+            "attached {p50_ms:g} / {p99_ms:g} ms".format(**attach["latency_to_attached"]),
+            "gone {p50_ms:g} / {p99_ms:g} ms".format(**detach["latency_to_gone"]),
+        ),
+        (
+            "operator CPU",
+            f"{attach['cpu_ms_per_attachment']:.2f} ms/VA ({attach['cpu_seconds']:.2f} s)",
+            f"{detach['cpu_ms_per_attachment']:.2f} ms/VA ({detach['cpu_seconds']:.2f} s)",
+        ),
+        (
+            "bench process CPU",
+            f"{attach['bench_cpu_seconds']:.2f} s",
+            f"{detach['bench_cpu_seconds']:.2f} s",
+        ),
+        (
+            "API reads/VA",
+            f"{attach['requests']['reads_per_volume']:g}",
+            f"{detach['requests']['reads_per_volume']:g}",
+        ),
+        (
+            "API writes/VA",
+            f"{attach['requests']['writes_per_volume']:g}",
+            f"{detach['requests']['writes_per_volume']:g}",
+        ),
+        ("  by verb", _verbs(attach["requests"]), _verbs(detach["requests"])),
+    ]
+    lines = [
+        f"kopf-csi benchmark: {config['attachments']} VolumeAttachments over {config['nodes']} "
+        f"nodes, driver durable={config['driver_durable']}",
+        f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
+        f"revision {config['revision']}",
+        f"  operator modules: {', '.join(config['operator_modules'])}",
+        f"  population (driver volumes and PVs) created in {report['populate_seconds']:.1f} s",
+        "",
+        _table(rows),
+        "",
+        "  requests by resource (operator only):",
+    ]
+    for phase in ("attach", "detach"):
+        detail = ", ".join(f"{k} {v}" for k, v in report[phase]["requests"]["by_resource"].items())
+        lines.append(f"    {phase}: {detail or 'none'}")
+    for phase in ("attach", "detach"):
+        errors = ", ".join(f"{k}: {v}" for k, v in report[phase]["errors"].items())
+        lines.append(f"  error answers to the operator, {phase}: {errors or 'none'}")
+    lines += [
+        f"  operator: RSS {_mib(operator['rss_idle'])} idle after start, peak "
+        f"{_mib(operator['rss_peak'])}, {_mib(operator['rss_end'])} at the end; "
+        f"up to {operator['threads_peak']} threads; start-up {startup['seconds']:.2f} s, "
+        f"{startup['cpu_seconds']:.2f} s CPU",
+        f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
+        f"  driver: {report['driver_published_after_attach']} volumes published after attach, "
+        f"{report['driver_published_left']} after detach",
+        "  bench process: the API emulator, the KCM stand-in and the driver (one core at most)",
     ]
     return "\n".join(lines)
 

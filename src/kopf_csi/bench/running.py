@@ -16,6 +16,12 @@ Scale mode (`--scale N`): create N bound PV/PVC pairs directly (what the operato
 provisioned earlier), then start the operator, wait until it has listed them and gone idle (its
 queues empty, no request and almost no CPU for a while), and read its memory; again after
 `--idle-wait` seconds, when kopf's per-object workers have exited.
+
+Attach mode (`--attach N`): create N volumes on the driver (CreateVolume over its socket) and
+their PVs, spread over ATTACH_NODES nodes with CSINodes, then start the operator and let it
+settle. Then create N VolumeAttachments in one burst and wait until all are attached and the
+operator is idle; then delete them all and wait until every one is gone (detached) and the
+operator is idle again. Each phase reports VAs/s, latencies, CPU and requests per VA.
 """
 
 from __future__ import annotations
@@ -44,16 +50,19 @@ from kopf_csi.bench import procfs, report
 from kopf_csi.bench.cluster import MeasuredCluster
 from kopf_csi.bench.process import OperatorProcess, OperatorProcessError
 from kopf_csi.bench.progress import Progress
+from kopf_csi.csi import CSIClient
+from kopf_csi.csi import messages as csi
 from kopf_csi.driver import DriverConfig, Features, running_driver
 from kopf_csi.driver.config import DEFAULT_NAME, DEFAULT_TOPOLOGY_KEY, Limits
 from kopf_csi.testing.kcm import PV_CONTROLLER, ControllerManager
 
-__all__ = ["BenchError", "Options", "main", "run", "run_claims", "run_scale"]
+__all__ = ["BenchError", "Options", "main", "run", "run_attach", "run_claims", "run_scale"]
 
 NODE = "node-1"
 DRIVER = DEFAULT_NAME
 NAMESPACE = "default"
 CLASSES = {"immediate": "kopf-csi-immediate", "wffc": "kopf-csi-wffc"}
+ATTACH_NODES = 10  # attach mode: VolumeAttachments go round-robin to node-1 .. node-10
 CHUNK = 50  # objects created or deleted between two yields to the event loop
 QUIET = 0.5  # seconds without an operator request, its queues empty: the operator is done
 IDLE_CPU = 0.03  # at most this much operator CPU (s) in the last second: it is idle
@@ -71,6 +80,8 @@ class Options:
     workers: int = 100
     scale: int | None = None
     """Scale mode: this many bound PV/PVC pairs, instead of the claims run."""
+    attach: int | None = None
+    """Attach mode: attach and detach this many VolumeAttachments, instead of the claims run."""
     workdir: pathlib.Path | None = None
     """Kept after the run (driver data, kubeconfig, operator.log); a temporary one otherwise."""
     timeout: float | None = None
@@ -127,6 +138,7 @@ class _Env:
     operator: OperatorProcess
     progress: Progress
     timeout: float
+    socket_path: pathlib.Path | None = None
     threads_peak: int = 0
     spawned_at: float = 0.0
     bench_cpu_before: float = 0.0
@@ -236,7 +248,7 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
                 profile=options.profile.resolve() if options.profile else None,
                 tracemalloc=options.tracemalloc,
             )
-            env = _Env(cluster, kcm, driver, operator, progress, timeout)
+            env = _Env(cluster, kcm, driver, operator, progress, timeout, socket_path)
             try:
                 yield env
             finally:
@@ -678,6 +690,236 @@ async def run_scale(options: Options, progress: Progress) -> dict[str, Any]:
     return result
 
 
+# -- attach mode -------------------------------------------------------------------------------
+
+
+def _node_objects(node: str) -> list[tuple[str, Body]]:
+    """A Node and the CSINode that maps it to our driver's node ID (the node's name)."""
+    labels = {"kubernetes.io/hostname": node, DEFAULT_TOPOLOGY_KEY: node}
+    drivers = [{"name": DRIVER, "nodeID": node, "topologyKeys": [DEFAULT_TOPOLOGY_KEY]}]
+    return [
+        ("nodes", {"metadata": {"name": node, "labels": labels}}),
+        ("csinodes", {"metadata": {"name": node}, "spec": {"drivers": drivers}}),
+    ]
+
+
+async def _create_driver_volumes(socket_path: pathlib.Path, names_: Sequence[str]) -> list[str]:
+    """Volumes on the driver, made behind the operator's back (20 calls at once); their IDs."""
+    access = csi.VolumeCapabilityAccessMode(
+        mode=csi.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
+    )
+    capability = csi.VolumeCapability(mount=csi.VolumeCapabilityMountVolume(), access_mode=access)
+    semaphore = asyncio.Semaphore(20)
+    async with CSIClient(str(socket_path)) as client:
+
+        async def one(name: str) -> str:
+            request = csi.CreateVolumeRequest(
+                name=name,
+                capacity_range=csi.CapacityRange(required_bytes=1024 * 1024),
+                volume_capabilities=[capability],
+            )
+            async with semaphore:
+                response = await client.create_volume(request)
+            assert response.volume is not None
+            return response.volume.volume_id
+
+        return list(await asyncio.gather(*(one(name) for name in names_)))
+
+
+def _attach_volume(name: str, handle: str) -> Body:
+    """A PV of our driver, not bound to a claim (the attacher needs only its CSI source)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Mi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "volumeMode": "Filesystem",
+            "csi": {"driver": DRIVER, "volumeHandle": handle, "fsType": "ext4"},
+        },
+    }
+
+
+def _attachment(name: str, pv_name: str, node: str) -> Body:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {
+            "attacher": DRIVER,
+            "nodeName": node,
+            "source": {"persistentVolumeName": pv_name},
+        },
+    }
+
+
+def _attach_phase(phase: dict[str, Any]) -> dict[str, Any]:
+    """`_phase`'s figures, named per VolumeAttachment."""
+    phase["attachments"] = phase.pop("claims")
+    phase["cpu_ms_per_attachment"] = phase.pop("cpu_ms_per_volume")
+    return phase
+
+
+async def run_attach(options: Options, progress: Progress) -> dict[str, Any]:
+    n = options.attach or 0
+    if n < 1:
+        raise BenchError("--attach must be at least 1")
+    timeout = options.timeout or max(120.0, n / 5)
+    async with _environment(options, progress, timeout) as env:
+        cluster, timeline = env.cluster, env.cluster.timeline
+        assert env.socket_path is not None
+        nodes = [f"node-{i}" for i in range(1, ATTACH_NODES + 1)]
+        for node in nodes[1:]:  # node-1 is seeded for every mode
+            for plural, body in _node_objects(node):
+                cluster.create(plural, body)
+        pv_names = [f"bench-va-pv-{index:05d}" for index in range(n)]
+        va_names = [f"bench-va-{index:05d}" for index in range(n)]
+        started = time.perf_counter()
+
+        def populate_status() -> str:
+            return f"populating  {time.perf_counter() - started:5.1f}s  {n} driver volumes, PVs"
+
+        async with progress.showing(populate_status):
+            handles = await _create_driver_volumes(env.socket_path, pv_names)
+            for index, (pv_name, handle) in enumerate(zip(pv_names, handles, strict=True)):
+                cluster.create("persistentvolumes", _attach_volume(pv_name, handle))
+                if index % CHUNK == CHUNK - 1:
+                    await asyncio.sleep(0)
+            await env.kcm.settled()
+        populate_seconds = time.perf_counter() - started
+
+        progress.note("starting the operator process ...")
+        await env.start_operator()
+        await _wait(
+            lambda: cluster.counts()[("watch", "volumeattachments")] > 0,
+            timeout,
+            "the operator's watch on VolumeAttachments",
+        )
+        await env.settle()
+        idle = env.sample()
+        startup = {
+            "seconds": round(time.perf_counter() - env.spawned_at, 2),
+            "cpu_seconds": idle.cpu,
+            "requests": report.requests_summary(cluster.counts(), 1),
+        }
+        bench_cpu = procfs.cpu_seconds(os.getpid())
+
+        # -- attach --
+        counts_before, cpu_before = cluster.counts(), env.sample().cpu
+        env.bench_cpu_before = procfs.cpu_seconds(os.getpid())
+        env.errors_before = cluster.error_counts()
+        started = time.perf_counter()
+        created = 0
+
+        def attach_status() -> str:
+            sample = env.sample()
+            elapsed = time.perf_counter() - started
+            attached = len(timeline.va_attached)
+            until = max(timeline.va_attached.values()) - started if attached >= n else elapsed
+            return (
+                f"attach    {elapsed:6.1f}s  VAs {created}/{n}  attached {attached}"
+                f" ({attached / max(until, 1e-9):.0f}/s)"
+                f"  operator CPU {sample.cpu - cpu_before:.2f}s RSS {sample.rss / procfs.MiB:.0f}"
+                f" MiB  requests {env.operator_requests() - sum(counts_before.values())}"
+            )
+
+        async with progress.showing(attach_status):
+            for index, name in enumerate(va_names):
+                node = nodes[index % len(nodes)]
+                cluster.create("volumeattachments", _attachment(name, pv_names[index], node))
+                created += 1
+                if index % CHUNK == CHUNK - 1:
+                    await asyncio.sleep(0)
+            await _wait(
+                lambda: all(name in timeline.va_attached for name in va_names),
+                timeout,
+                f"{n} VolumeAttachments to be attached",
+            )
+            await env.settle()
+        attach = _attach_phase(
+            _phase(
+                env, n, counts_before, cpu_before, started,
+                latencies={
+                    "latency_to_attached": [
+                        timeline.va_attached[v] - timeline.va_created[v] for v in va_names
+                    ],
+                },
+            )
+        )  # fmt: skip
+        attach["seconds"] = round(max(timeline.va_attached[v] for v in va_names) - started, 3)
+        attach["attachments_per_s"] = _rate(n, attach["seconds"])
+        published = sum(len(v.attachments) for v in env.driver.state.volumes.values())
+
+        # -- detach --
+        counts_before, cpu_before = cluster.counts(), env.sample().cpu
+        env.bench_cpu_before = procfs.cpu_seconds(os.getpid())
+        env.errors_before = cluster.error_counts()
+        started = time.perf_counter()
+        deleted = 0
+
+        def detach_status() -> str:
+            sample = env.sample()
+            elapsed = time.perf_counter() - started
+            gone = len(timeline.va_gone)
+            until = max(timeline.va_gone.values()) - started if gone >= n else elapsed
+            return (
+                f"detach    {elapsed:6.1f}s  VAs deleted {deleted}/{n}  gone {gone}"
+                f" ({gone / max(until, 1e-9):.0f}/s)  operator CPU {sample.cpu - cpu_before:.2f}s"
+                f" RSS {sample.rss / procfs.MiB:.0f} MiB"
+                f"  requests {env.operator_requests() - sum(counts_before.values())}"
+            )
+
+        async with progress.showing(detach_status):
+            for index, name in enumerate(va_names):
+                cluster.delete("volumeattachments", None, name)
+                deleted += 1
+                if index % CHUNK == CHUNK - 1:
+                    await asyncio.sleep(0)
+            await _wait(
+                lambda: all(name in timeline.va_gone for name in va_names),
+                timeout,
+                f"{n} VolumeAttachments to be gone",
+            )
+            await env.settle()
+        detach = _attach_phase(
+            _phase(
+                env, n, counts_before, cpu_before, started,
+                latencies={
+                    "latency_to_gone": [
+                        timeline.va_gone[v] - timeline.va_deleted[v] for v in va_names
+                    ],
+                },
+            )
+        )  # fmt: skip
+        detach["seconds"] = round(max(timeline.va_gone[v] for v in va_names) - started, 3)
+        detach["attachments_per_s"] = _rate(n, detach["seconds"])
+
+        end = env.sample()
+        result = {
+            "mode": "attach",
+            "config": _config(options, env, attachments=n, nodes=len(nodes)),
+            "populate_seconds": round(populate_seconds, 2),
+            "startup": startup,
+            "attach": attach,
+            "detach": detach,
+            "operator": {
+                "rss_idle": idle.rss,
+                "rss_peak": end.hwm,
+                "rss_end": end.rss,
+                "threads_peak": env.threads_peak,
+            },
+            "other_clients": _other_clients(cluster),
+            "driver_published_after_attach": published,
+            "driver_published_left": sum(
+                len(v.attachments) for v in env.driver.state.volumes.values()
+            ),
+            "bench_cpu_seconds": round(procfs.cpu_seconds(os.getpid()) - bench_cpu, 2),
+        }
+    return result
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 
@@ -686,6 +928,8 @@ async def run(options: Options, progress: Progress | None = None) -> dict[str, A
     try:
         if options.scale:
             return await run_scale(options, progress)
+        if options.attach:
+            return await run_attach(options, progress)
         return await run_claims(options, progress)
     except OperatorProcessError as exc:
         raise BenchError(str(exc)) from exc
@@ -714,6 +958,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--scale", type=int, default=None, metavar="N",
         help="instead: the operator's RSS with N bound PV/PVC pairs present",
     )  # fmt: skip
+    parser.add_argument(
+        "--attach", type=int, default=None, metavar="N",
+        help="instead: attach and detach N VolumeAttachments (over 10 nodes)",
+    )  # fmt: skip
     parser.add_argument("--idle-wait", type=float, default=6.0, help="scale mode: idle seconds")
     parser.add_argument("--timeout", type=float, default=None, help="seconds allowed per phase")
     parser.add_argument("--dir", type=pathlib.Path, default=None, help="working directory (kept)")
@@ -734,6 +982,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         storage_class=args.storage_class,
         workers=args.workers,
         scale=args.scale,
+        attach=args.attach,
         workdir=args.dir,
         timeout=args.timeout,
         idle_wait=args.idle_wait,
@@ -745,9 +994,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BenchError as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         sys.exit(1)
-    print(
-        report.format_scale(result) if result["mode"] == "scale" else report.format_claims(result)
-    )
+    formatters = {
+        "scale": report.format_scale,
+        "attach": report.format_attach,
+        "claims": report.format_claims,
+    }
+    print(formatters[result["mode"]](result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.profile:
