@@ -3,7 +3,7 @@
 We test these aspects:
 - every component answers (API, driver, operator) and the sandbox says so;
 - the example manifests are applied over HTTP, and the narration follows each claim through
-  provisioning, binding, attachment creation, deletion and volume deletion;
+  provisioning, binding, attachment, detachment, deletion and volume deletion;
 - it exits on its own with status 0 and removes the driver's socket (no process left behind).
 """
 
@@ -34,6 +34,7 @@ def test_sandbox_runs_and_exits_cleanly(tmp_path: pathlib.Path) -> None:
     assert "pvc default/data-immediate  Bound" in out
     assert "pvc default/data-wffc  node selected: node-1" in out
     assert "pvc default/data-wffc  Bound" in out
+    assert out.count("  attached") == 2
     assert out.count("  Released") == 2
     assert out.count("pv pvc-") >= 8  # two volumes: created, Bound, Released, deleted
     assert "still not" not in out

@@ -203,6 +203,12 @@ async def _demo(
         if not bound:
             print(f"\nclaims still not Bound after {timeout:g}s", flush=True)
             return False
+        attached = await _follow(
+            feed, tracker, until=lambda: _all_attached(cluster), timeout=timeout
+        )
+        if not attached:
+            print(f"\nvolumes still not attached after {timeout:g}s", flush=True)
+            return False
         print("\ndeleting the pod and the claims:", flush=True)
         await api.delete(RESOURCES["Pod"], "app", "default")
         for claim in cluster.objects("persistentvolumeclaims"):
@@ -214,6 +220,11 @@ async def _demo(
             print(f"\nvolumes still not deleted after {timeout:g}s", flush=True)
             return False
     return True
+
+
+def _all_attached(cluster: EmulatedCluster) -> bool:
+    attachments = cluster.objects("volumeattachments")
+    return bool(attachments) and all(a.get("status", {}).get("attached") for a in attachments)
 
 
 def _is_bound(claim: dict[str, Any]) -> bool:
