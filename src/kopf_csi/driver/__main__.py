@@ -11,15 +11,13 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import logging
 import pathlib
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
-
+from kopf_csi import logs
 from kopf_csi.driver import secrets
 from kopf_csi.driver.config import (
     DEFAULT_NAME,
@@ -169,38 +167,6 @@ def parse_args(argv: Sequence[str]) -> tuple[DriverConfig, pathlib.Path, argpars
     return config, socket_path, args
 
 
-def configure_logging(*, level: str, json_lines: bool) -> None:
-    """structlog (ours) and stdlib (grpclib's) records through one renderer on stderr."""
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer()
-    )
-    structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
-    )
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-    )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-
-
 async def run(config: DriverConfig, *, socket_path: pathlib.Path, grace: float) -> None:
     """Serve until SIGTERM or SIGINT, then stop gracefully."""
     stop = asyncio.Event()
@@ -218,7 +184,7 @@ async def run(config: DriverConfig, *, socket_path: pathlib.Path, grace: float) 
 def main(argv: Sequence[str] | None = None) -> None:
     config, socket_path, args = parse_args(sys.argv[1:] if argv is None else argv)
     json_lines = args.log_format == "json" or (args.log_format is None and not sys.stderr.isatty())
-    configure_logging(level=args.log_level, json_lines=json_lines)
+    logs.configure(level=args.log_level, json=json_lines)
     asyncio.run(run(config, socket_path=socket_path, grace=args.grace))
 
 
