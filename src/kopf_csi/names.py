@@ -139,6 +139,7 @@ REASON_PROVISIONING_SUCCEEDED: Final = "ProvisioningSucceeded"
 REASON_PROVISIONING_FAILED: Final = "ProvisioningFailed"
 REASON_EXTERNAL_PROVISIONING: Final = "ExternalProvisioning"  # the KCM's, not ours
 REASON_VOLUME_FAILED_DELETE: Final = "VolumeFailedDelete"
+REASON_VOLUME_DELETE: Final = "VolumeDelete"  # Normal: waiting for a detach (upstream #1574)
 
 # --- Event messages (`str.format` templates) ---
 

@@ -82,6 +82,7 @@ PINNED = {
     "REASON_PROVISIONING_FAILED": "ProvisioningFailed",
     "REASON_EXTERNAL_PROVISIONING": "ExternalProvisioning",
     "REASON_VOLUME_FAILED_DELETE": "VolumeFailedDelete",
+    "REASON_VOLUME_DELETE": "VolumeDelete",
     "MESSAGE_PROVISIONING": 'External provisioner is provisioning volume for claim "{claim}"',
     "MESSAGE_PROVISIONING_SUCCEEDED": "Successfully provisioned volume {volume}",
     "MESSAGE_EXTERNAL_POPULATOR": "Assuming an external populator will provision the volume",

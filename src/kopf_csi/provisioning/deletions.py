@@ -34,6 +34,15 @@ class DeletionError(Exception):
     """DeleteVolume cannot be called (yet); posted as `VolumeFailedDelete`, then retried."""
 
 
+class VolumeInUseError(DeletionError):
+    """A VolumeAttachment still names the PV: the normal wait for a detach, not a failure.
+
+    external-provisioner posts a Warning `VolumeFailedDelete` on every retry here, a known
+    annoyance when a workload and its claims are deleted together (its open issue #1574; the
+    proposed fix, library PR #206, posts a Normal `VolumeDelete` instead). We do the latter.
+    """
+
+
 def is_ours(
     volume: Mapping[str, Any], *, driver_name: str, known_names: Collection[str] = ()
 ) -> bool:

@@ -68,6 +68,12 @@ class Reclaimer:
             return DONE
         try:
             await self._delete(volume)
+        except deletions.VolumeInUseError as exc:
+            log.info("volume_delete_waits_for_detach", reason=str(exc))
+            await self.recorder.post(
+                volume, type_=events.NORMAL, reason=names.REASON_VOLUME_DELETE, message=str(exc)
+            )
+            return RETRY
         except (deletions.DeletionError, CSIError, kube.KubeError) as exc:
             text = error_text(exc) if isinstance(exc, CSIError) else str(exc)
             log.warning("volume_delete_failed", error=text)
@@ -83,7 +89,7 @@ class Reclaimer:
         if self.driver.has_controller("PUBLISH_UNPUBLISH_VOLUME"):
             blocker = deletions.blocking_attachment(volume, attachments=self.caches.attachments)
             if blocker is not None:
-                raise deletions.DeletionError(blocker)
+                raise deletions.VolumeInUseError(blocker)
         class_name = volume.get("spec", {}).get("storageClassName") or ""
         storage_class = self.caches.storage_classes.get(class_name)
         try:
