@@ -160,6 +160,7 @@ async def volume_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> Non
     if event.get("type") == "DELETED":
         memo.caches.volumes.remove(volume)
         memo.volumes_queue.discard(object_key(volume))
+        memo.provisioner.reclaimer.forget(volume)
         return
     memo.caches.volumes.store(volume)
     memo.volumes_queue.add(object_key(volume))

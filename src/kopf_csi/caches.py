@@ -8,14 +8,12 @@ that depends on what was read is guarded (a resourceVersion or a JSON-patch `tes
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = ["Cache", "Caches", "object_key"]
 
 Body = Mapping[str, Any]
-INTERNED_LENGTH = 64  # names, labels and phases repeat; longer strings rarely do
 
 
 def object_key(obj: Body) -> str:
@@ -26,29 +24,15 @@ def object_key(obj: Body) -> str:
 
 
 def _slim(obj: Body) -> Body:
-    """A compact copy: no `metadata.managedFields`, and every key and short string interned.
-
-    managedFields is server-side-apply bookkeeping that a real API server adds to every object,
-    often its largest part, and nothing here reads it. Interning shares the strings that repeat
-    from object to object (keys, driver and class names, phases): a parsed PV takes about 7.6 KB
-    of Python objects, and thousands of them were most of the operator's memory
-    (docs/benchmarks.md).
+    """The object without `metadata.managedFields`: server-side-apply bookkeeping that a real
+    API server adds to every object, often its largest part, and that nothing here reads.
+    (Interning the cached strings was tried: it lowered the live memory but not the RSS, which
+    stays at the start-up peak, and it cost CPU on every store; see docs/benchmarks.md.)
     """
     meta = obj.get("metadata") or {}
-    if "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    compact: Body = _intern(obj)
-    return compact
-
-
-def _intern(value: Any) -> Any:
-    if isinstance(value, str):
-        return sys.intern(value) if len(value) <= INTERNED_LENGTH else value
-    if isinstance(value, dict):
-        return {sys.intern(k): _intern(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_intern(item) for item in value]
-    return value
+    if "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 class Cache:

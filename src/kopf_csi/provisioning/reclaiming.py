@@ -8,6 +8,7 @@ PVs and removed when the policy becomes Retain, so Retain never deletes.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,8 @@ from kopf_csi.provisioning.states import error_text
 from kopf_csi.queueing import DONE, RETRY, Outcome
 
 __all__ = ["Reclaimer"]
+
+FINISHED_REMEMBERED = 10_000
 
 log = structlog.get_logger("kopf_csi.provisioning")
 Body = Mapping[str, Any]
@@ -47,6 +50,9 @@ class Reclaimer:
         self.recorder = recorder
         self.caches = caches
         self.driver = driver
+        self.finished: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """UIDs of PVs deleted here: the watch events still on their way (deletionTimestamp
+        set, our finalizer not yet gone in them) must not start the deletion again."""
 
     async def sync_volume(self, name: str) -> Outcome:
         volume = self.caches.volumes.get(name)
@@ -57,7 +63,13 @@ class Reclaimer:
         ):
             return await self._sync_volume(volume)
 
+    def forget(self, volume: Body) -> None:
+        """The PV is gone from the API (its DELETED event): nothing more can arrive about it."""
+        self.finished.pop(uid_of(volume), None)
+
     async def _sync_volume(self, volume: Body) -> Outcome:
+        if uid_of(volume) in self.finished:
+            return DONE
         known = deletions.is_ours(volume, driver_name=self.driver.name)
         if not known:
             return DONE
@@ -116,6 +128,9 @@ class Reclaimer:
             await replace_finalizers(self.api, kube.VOLUMES, current, remaining)
         # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do.
         self.caches.volumes.remove(volume)
+        self.finished[uid_of(volume)] = None
+        while len(self.finished) > FINISHED_REMEMBERED:
+            self.finished.popitem(last=False)
 
     async def _set_finalizers(self, volume: Body, finalizers: list[str]) -> Body:
         updated = await replace_finalizers(self.api, kube.VOLUMES, volume, finalizers)
