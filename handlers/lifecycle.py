@@ -27,7 +27,7 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 @kopf.on.startup(id="lifecycle.connect")
 async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = runtime.settings_from_memo(memo)
-    runtime.configure_kopf(settings)
+    runtime.configure_kopf(settings, registry=getattr(memo, "registry", None))
     client = CSIClient(config.csi.address, timeout=config.csi.timeout)
     try:
         await client.wait_ready(wait=config.csi.connect_timeout)

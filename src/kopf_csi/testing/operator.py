@@ -51,7 +51,7 @@ class OperatorThread:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.registry = kopf.OperatorRegistry()
-        self.memo = kopf.Memo(settings=settings)
+        self.memo = kopf.Memo(settings=settings, registry=self.registry)
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
