@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from kopf_csi import logs, names
@@ -329,6 +329,56 @@ def _claim(index: int, storage_class: str, *, wffc: bool) -> Body:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Mark:
+    """Where a phase starts: the request counts and operator CPU to subtract, and the time."""
+
+    counts: collections.Counter[tuple[str, str]]
+    cpu: float
+    started: float
+
+
+def _mark(env: _Env) -> _Mark:
+    cluster = env.cluster
+    counts, cpu = cluster.counts(), env.sample().cpu
+    env.bench_cpu_before = procfs.cpu_seconds(os.getpid())
+    env.errors_before = cluster.error_counts()
+    return _Mark(counts, cpu, time.perf_counter())
+
+
+def _status(
+    env: _Env,
+    mark: _Mark,
+    *,
+    label: str,
+    n: int,
+    done: Mapping[str, float],
+    what: Callable[[], str],
+) -> Callable[[], str]:
+    """A progress line: `what()` so far, how many are `done` and at what rate, and the cost."""
+
+    def status() -> str:
+        sample = env.sample()
+        elapsed = time.perf_counter() - mark.started
+        count = len(done)
+        until = max(done.values()) - mark.started if count >= n else elapsed
+        return (
+            f"{label:<9} {elapsed:6.1f}s  {what()} {count} ({count / max(until, 1e-9):.0f}/s)"
+            f"  operator CPU {sample.cpu - mark.cpu:.2f}s RSS {sample.rss / procfs.MiB:.0f} MiB"
+            f"  requests {env.operator_requests() - sum(mark.counts.values())}"
+        )
+
+    return status
+
+
+async def _burst(items: Sequence[Any], act: Callable[[int, Any], None]) -> None:
+    """Act on every item at once, yielding to the loop every CHUNK items (the API serves)."""
+    for index, item in enumerate(items):
+        act(index, item)
+        if index % CHUNK == CHUNK - 1:
+            await asyncio.sleep(0)
+
+
 def _rate(count: int, seconds: float) -> float:
     return round(count / seconds, 1) if seconds > 0 else float("nan")
 
@@ -355,36 +405,24 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
         # -- provision --
         uids: list[str] = []
         claim_names: list[str] = []
-        counts_before, cpu_before = cluster.counts(), env.sample().cpu
-        env.bench_cpu_before = procfs.cpu_seconds(os.getpid())
-        env.errors_before = cluster.error_counts()
-        started = time.perf_counter()
+        mark = _mark(env)
+        wffc = options.storage_class == "wffc"
 
-        def provision_status() -> str:
-            sample = env.sample()
-            elapsed = time.perf_counter() - started
-            bound = len(timeline.bound)
-            until = max(timeline.bound.values()) - started if bound >= n else elapsed
-            return (
-                f"provision {elapsed:6.1f}s  claims {len(uids)}/{n}  PVs "
-                f"{len(timeline.volume_created)}  Bound {bound}"
-                f" ({bound / max(until, 1e-9):.0f}/s)"
-                f"  operator CPU {sample.cpu - cpu_before:.2f}s RSS {sample.rss / procfs.MiB:.0f}"
-                f" MiB  requests {env.operator_requests() - sum(counts_before.values())}"
-            )
+        def create(index: int, _: Any) -> None:
+            claim = cluster.create("persistentvolumeclaims", _claim(index, class_name, wffc=wffc))
+            uids.append(claim["metadata"]["uid"])
+            claim_names.append(claim["metadata"]["name"])
 
-        async with progress.showing(provision_status):
-            for index in range(n):
-                body = _claim(index, class_name, wffc=options.storage_class == "wffc")
-                claim = cluster.create("persistentvolumeclaims", body)
-                uids.append(claim["metadata"]["uid"])
-                claim_names.append(claim["metadata"]["name"])
-                if index % CHUNK == CHUNK - 1:
-                    await asyncio.sleep(0)
+        status = _status(
+            env, mark, label="provision", n=n, done=timeline.bound,
+            what=lambda: f"claims {len(uids)}/{n}  PVs {len(timeline.volume_created)}  Bound",
+        )  # fmt: skip
+        async with progress.showing(status):
+            await _burst(range(n), create)
             await _wait(lambda: len(timeline.bound) >= n, timeout, f"{n} claims to be Bound")
             await env.settle()
         provision = _phase(
-            env, n, counts_before, cpu_before, started,
+            env, n, mark,
             latencies={
                 "latency_to_volume": [
                     timeline.volume_created[u] - timeline.created[u] for u in uids
@@ -393,37 +431,28 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
             },
         )  # fmt: skip
         provision["seconds_to_volumes"] = round(
-            max(timeline.volume_created[u] for u in uids) - started, 3
+            max(timeline.volume_created[u] for u in uids) - mark.started, 3
         )
-        provision["seconds_to_bound"] = round(max(timeline.bound[u] for u in uids) - started, 3)
+        provision["seconds_to_bound"] = round(
+            max(timeline.bound[u] for u in uids) - mark.started, 3
+        )
         provision["claims_per_s"] = _rate(n, provision["seconds_to_bound"])
         provision["volumes_per_s"] = _rate(n, provision["seconds_to_volumes"])
 
         # -- delete --
-        counts_before, cpu_before = cluster.counts(), env.sample().cpu
-        env.bench_cpu_before = procfs.cpu_seconds(os.getpid())
-        env.errors_before = cluster.error_counts()
-        started = time.perf_counter()
-        deleted = 0
+        mark = _mark(env)
+        deleted: list[str] = []
 
-        def delete_status() -> str:
-            sample = env.sample()
-            elapsed = time.perf_counter() - started
-            gone = len(timeline.volume_deleted)
-            until = max(timeline.volume_deleted.values()) - started if gone >= n else elapsed
-            return (
-                f"delete    {elapsed:6.1f}s  claims deleted {deleted}/{n}  PVs gone {gone}"
-                f" ({gone / max(until, 1e-9):.0f}/s)  operator CPU {sample.cpu - cpu_before:.2f}s"
-                f" RSS {sample.rss / procfs.MiB:.0f} MiB"
-                f"  requests {env.operator_requests() - sum(counts_before.values())}"
-            )
+        def delete_one(_: int, name: str) -> None:
+            cluster.delete("persistentvolumeclaims", NAMESPACE, name)
+            deleted.append(name)
 
-        async with progress.showing(delete_status):
-            for index, name in enumerate(claim_names):
-                cluster.delete("persistentvolumeclaims", NAMESPACE, name)
-                deleted += 1
-                if index % CHUNK == CHUNK - 1:
-                    await asyncio.sleep(0)
+        status = _status(
+            env, mark, label="delete", n=n, done=timeline.volume_deleted,
+            what=lambda: f"claims deleted {len(deleted)}/{n}  PVs gone",
+        )  # fmt: skip
+        async with progress.showing(status):
+            await _burst(claim_names, delete_one)
             await _wait(
                 lambda: all(u in timeline.volume_deleted for u in uids),
                 timeout,
@@ -431,14 +460,14 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
             )
             await env.settle()
         delete = _phase(
-            env, n, counts_before, cpu_before, started,
+            env, n, mark,
             latencies={
                 "latency_to_volume_gone": [
                     timeline.volume_deleted[u] - timeline.deleted[u] for u in uids
                 ],
             },
         )  # fmt: skip
-        delete["seconds"] = round(max(timeline.volume_deleted[u] for u in uids) - started, 3)
+        delete["seconds"] = round(max(timeline.volume_deleted[u] for u in uids) - mark.started, 3)
         delete["claims_per_s"] = _rate(n, delete["seconds"])
 
         end = env.sample()
@@ -487,20 +516,18 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
 def _phase(
     env: _Env,
     n: int,
-    counts_before: collections.Counter[tuple[str, str]],
-    cpu_before: float,
-    started: float,
+    mark: _Mark,
     *,
     latencies: dict[str, list[float]],
 ) -> dict[str, Any]:
-    cpu = env.sample().cpu - cpu_before
+    cpu = env.sample().cpu - mark.cpu
     phase: dict[str, Any] = {
         "claims": n,
-        "settled_seconds": round(time.perf_counter() - started, 3),
+        "settled_seconds": round(time.perf_counter() - mark.started, 3),
         "cpu_seconds": round(cpu, 2),
         "cpu_ms_per_volume": round(cpu * 1000 / n, 2),
         "bench_cpu_seconds": round(procfs.cpu_seconds(os.getpid()) - env.bench_cpu_before, 2),
-        "requests": report.requests_summary(env.cluster.counts() - counts_before, n),
+        "requests": report.requests_summary(env.cluster.counts() - mark.counts, n),
         "errors": dict(sorted((env.cluster.error_counts() - env.errors_before).items())),
     }
     phase.update({name: report.latencies(values) for name, values in latencies.items()})
@@ -807,31 +834,20 @@ async def run_attach(options: Options, progress: Progress) -> dict[str, Any]:
         bench_cpu = procfs.cpu_seconds(os.getpid())
 
         # -- attach --
-        counts_before, cpu_before = cluster.counts(), env.sample().cpu
-        env.bench_cpu_before = procfs.cpu_seconds(os.getpid())
-        env.errors_before = cluster.error_counts()
-        started = time.perf_counter()
-        created = 0
+        mark = _mark(env)
+        created: list[str] = []
 
-        def attach_status() -> str:
-            sample = env.sample()
-            elapsed = time.perf_counter() - started
-            attached = len(timeline.va_attached)
-            until = max(timeline.va_attached.values()) - started if attached >= n else elapsed
-            return (
-                f"attach    {elapsed:6.1f}s  VAs {created}/{n}  attached {attached}"
-                f" ({attached / max(until, 1e-9):.0f}/s)"
-                f"  operator CPU {sample.cpu - cpu_before:.2f}s RSS {sample.rss / procfs.MiB:.0f}"
-                f" MiB  requests {env.operator_requests() - sum(counts_before.values())}"
-            )
+        def attach_one(index: int, name: str) -> None:
+            node = nodes[index % len(nodes)]
+            cluster.create("volumeattachments", _attachment(name, pv_names[index], node))
+            created.append(name)
 
-        async with progress.showing(attach_status):
-            for index, name in enumerate(va_names):
-                node = nodes[index % len(nodes)]
-                cluster.create("volumeattachments", _attachment(name, pv_names[index], node))
-                created += 1
-                if index % CHUNK == CHUNK - 1:
-                    await asyncio.sleep(0)
+        status = _status(
+            env, mark, label="attach", n=n, done=timeline.va_attached,
+            what=lambda: f"VAs {len(created)}/{n}  attached",
+        )  # fmt: skip
+        async with progress.showing(status):
+            await _burst(va_names, attach_one)
             await _wait(
                 lambda: all(name in timeline.va_attached for name in va_names),
                 timeout,
@@ -840,7 +856,7 @@ async def run_attach(options: Options, progress: Progress) -> dict[str, Any]:
             await env.settle()
         attach = _attach_phase(
             _phase(
-                env, n, counts_before, cpu_before, started,
+                env, n, mark,
                 latencies={
                     "latency_to_attached": [
                         timeline.va_attached[v] - timeline.va_created[v] for v in va_names
@@ -848,35 +864,24 @@ async def run_attach(options: Options, progress: Progress) -> dict[str, Any]:
                 },
             )
         )  # fmt: skip
-        attach["seconds"] = round(max(timeline.va_attached[v] for v in va_names) - started, 3)
+        attach["seconds"] = round(max(timeline.va_attached[v] for v in va_names) - mark.started, 3)
         attach["attachments_per_s"] = _rate(n, attach["seconds"])
         published = sum(len(v.attachments) for v in env.driver.state.volumes.values())
 
         # -- detach --
-        counts_before, cpu_before = cluster.counts(), env.sample().cpu
-        env.bench_cpu_before = procfs.cpu_seconds(os.getpid())
-        env.errors_before = cluster.error_counts()
-        started = time.perf_counter()
-        deleted = 0
+        mark = _mark(env)
+        removed: list[str] = []
 
-        def detach_status() -> str:
-            sample = env.sample()
-            elapsed = time.perf_counter() - started
-            gone = len(timeline.va_gone)
-            until = max(timeline.va_gone.values()) - started if gone >= n else elapsed
-            return (
-                f"detach    {elapsed:6.1f}s  VAs deleted {deleted}/{n}  gone {gone}"
-                f" ({gone / max(until, 1e-9):.0f}/s)  operator CPU {sample.cpu - cpu_before:.2f}s"
-                f" RSS {sample.rss / procfs.MiB:.0f} MiB"
-                f"  requests {env.operator_requests() - sum(counts_before.values())}"
-            )
+        def detach_one(_: int, name: str) -> None:
+            cluster.delete("volumeattachments", None, name)
+            removed.append(name)
 
-        async with progress.showing(detach_status):
-            for index, name in enumerate(va_names):
-                cluster.delete("volumeattachments", None, name)
-                deleted += 1
-                if index % CHUNK == CHUNK - 1:
-                    await asyncio.sleep(0)
+        status = _status(
+            env, mark, label="detach", n=n, done=timeline.va_gone,
+            what=lambda: f"VAs deleted {len(removed)}/{n}  gone",
+        )  # fmt: skip
+        async with progress.showing(status):
+            await _burst(va_names, detach_one)
             await _wait(
                 lambda: all(name in timeline.va_gone for name in va_names),
                 timeout,
@@ -885,7 +890,7 @@ async def run_attach(options: Options, progress: Progress) -> dict[str, Any]:
             await env.settle()
         detach = _attach_phase(
             _phase(
-                env, n, counts_before, cpu_before, started,
+                env, n, mark,
                 latencies={
                     "latency_to_gone": [
                         timeline.va_gone[v] - timeline.va_deleted[v] for v in va_names
@@ -893,7 +898,7 @@ async def run_attach(options: Options, progress: Progress) -> dict[str, Any]:
                 },
             )
         )  # fmt: skip
-        detach["seconds"] = round(max(timeline.va_gone[v] for v in va_names) - started, 3)
+        detach["seconds"] = round(max(timeline.va_gone[v] for v in va_names) - mark.started, 3)
         detach["attachments_per_s"] = _rate(n, detach["seconds"])
 
         end = env.sample()
