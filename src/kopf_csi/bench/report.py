@@ -120,9 +120,8 @@ def _verbs(summary: Mapping[str, Any]) -> str:
 
 
 def format_claims(report: Mapping[str, Any]) -> str:
-    config, startup = report["config"], report["startup"]
+    config = report["config"]
     provision, delete = report["provision"], report["delete"]
-    operator = report["operator"]
     rows = [
         ("", "provision", "delete"),
         ("claims", str(provision["claims"]), str(delete["claims"])),
@@ -175,18 +174,8 @@ def format_claims(report: Mapping[str, Any]) -> str:
         "",
         "  requests by resource (operator only):",
     ]
-    for phase in ("provision", "delete"):
-        detail = ", ".join(f"{k} {v}" for k, v in report[phase]["requests"]["by_resource"].items())
-        lines.append(f"    {phase}: {detail or 'none'}")
-    for phase in ("provision", "delete"):
-        errors = ", ".join(f"{k}: {v}" for k, v in report[phase]["errors"].items())
-        lines.append(f"  error answers to the operator, {phase}: {errors or 'none'}")
+    lines += _phase_details(report, ("provision", "delete"))
     lines += [
-        f"  operator: RSS {_mib(operator['rss_idle'])} idle after start, peak "
-        f"{_mib(operator['rss_peak'])}, {_mib(operator['rss_end'])} at the end; "
-        f"up to {operator['threads_peak']} threads; start-up {startup['seconds']:.2f} s, "
-        f"{startup['cpu_seconds']:.2f} s CPU",
-        f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
         f"  events posted by the operator: {report['operator_events'] or 'none'}; "
         f"driver volumes left: {report['driver_volumes_left']}",
         "  bench process: the API emulator, the KCM stand-in and the driver (one core at most)",
@@ -199,9 +188,8 @@ def format_claims(report: Mapping[str, Any]) -> str:
 
 
 def format_attach(report: Mapping[str, Any]) -> str:
-    config, startup = report["config"], report["startup"]
+    config = report["config"]
     attach, detach = report["attach"], report["detach"]
-    operator = report["operator"]
     rows = [
         ("", "attach", "detach"),
         ("VolumeAttachments", str(attach["attachments"]), str(detach["attachments"])),
@@ -250,18 +238,8 @@ def format_attach(report: Mapping[str, Any]) -> str:
         "",
         "  requests by resource (operator only):",
     ]
-    for phase in ("attach", "detach"):
-        detail = ", ".join(f"{k} {v}" for k, v in report[phase]["requests"]["by_resource"].items())
-        lines.append(f"    {phase}: {detail or 'none'}")
-    for phase in ("attach", "detach"):
-        errors = ", ".join(f"{k}: {v}" for k, v in report[phase]["errors"].items())
-        lines.append(f"  error answers to the operator, {phase}: {errors or 'none'}")
+    lines += _phase_details(report, ("attach", "detach"))
     lines += [
-        f"  operator: RSS {_mib(operator['rss_idle'])} idle after start, peak "
-        f"{_mib(operator['rss_peak'])}, {_mib(operator['rss_end'])} at the end; "
-        f"up to {operator['threads_peak']} threads; start-up {startup['seconds']:.2f} s, "
-        f"{startup['cpu_seconds']:.2f} s CPU",
-        f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
         f"  driver: {report['driver_published_after_attach']} volumes published after attach, "
         f"{report['driver_published_left']} after detach",
         "  bench process: the API emulator, the KCM stand-in and the driver (one core at most)",
@@ -307,3 +285,23 @@ def format_scale(report: Mapping[str, Any]) -> str:
             for site in memory.get("top", [])
         ]
     return "\n".join(lines)
+
+
+def _phase_details(report: Mapping[str, Any], phases: tuple[str, str]) -> list[str]:
+    """Requests by resource and error answers per phase, the operator's memory and start-up."""
+    operator, startup = report["operator"], report["startup"]
+    lines = []
+    for phase in phases:
+        detail = ", ".join(f"{k} {v}" for k, v in report[phase]["requests"]["by_resource"].items())
+        lines.append(f"    {phase}: {detail or 'none'}")
+    for phase in phases:
+        errors = ", ".join(f"{k}: {v}" for k, v in report[phase]["errors"].items())
+        lines.append(f"  error answers to the operator, {phase}: {errors or 'none'}")
+    return [
+        *lines,
+        f"  operator: RSS {_mib(operator['rss_idle'])} idle after start, peak "
+        f"{_mib(operator['rss_peak'])}, {_mib(operator['rss_end'])} at the end; "
+        f"up to {operator['threads_peak']} threads; start-up {startup['seconds']:.2f} s, "
+        f"{startup['cpu_seconds']:.2f} s CPU",
+        f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
+    ]
