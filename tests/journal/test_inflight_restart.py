@@ -168,7 +168,10 @@ async def test_an_unwritable_journal_stops_create_volume(
     operator = OperatorThread(settings=settings)
     await operator.start()
     try:
-        fault = cluster.faults.add(status, verb="patch", resource="configmaps", times=1000)
+        faults = [
+            cluster.faults.add(status, verb=verb, resource="configmaps", times=1000)
+            for verb in ("create", "patch")
+        ]
         cluster.create("persistentvolumeclaims", _claim("data"), namespace="default")
 
         def failed() -> bool:
@@ -180,7 +183,8 @@ async def test_an_unwritable_journal_stops_create_volume(
 
         await _until(failed)
         assert not driver.state.volumes  # nothing was sent to the driver unrecorded
-        cluster.faults.remove(fault)
+        for fault in faults:
+            cluster.faults.remove(fault)
         await _until(
             lambda: (
                 (cluster.get("persistentvolumeclaims", "default", "data") or {})

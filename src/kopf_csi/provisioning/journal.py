@@ -81,10 +81,12 @@ class Journal:
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._exists: bool | None = None  # unknown until `load()` or the first write
 
     async def load(self) -> dict[str, dict[str, Any]]:
         """The recorded claims by UID (after a restart: those that may still need finishing)."""
         config_map = await self.api.get(kube.CONFIGMAPS, self.name, self.namespace)
+        self._exists = config_map is not None
         data = (config_map or {}).get("data") or {}
         claims = {}
         for uid, raw in data.items():
@@ -161,19 +163,25 @@ class Journal:
 
     async def _write(self, patch: dict[str, Any]) -> None:
         self.writes += 1
-        try:
-            await self.api.patch(kube.CONFIGMAPS, self.name, patch, self.namespace)
-        except kube.NotFoundError:
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "data": {k: v for k, v in patch["data"].items() if v is not None},
-            }
+        if self._exists is not False:
             try:
-                await self.api.create(kube.CONFIGMAPS, body)
-            except kube.ConflictError:  # created meanwhile (another flush, a previous leader)
                 await self.api.patch(kube.CONFIGMAPS, self.name, patch, self.namespace)
+            except kube.NotFoundError:
+                self._exists = False  # deleted by someone: create it again
+            else:
+                self._exists = True
+                return
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "data": {k: v for k, v in patch["data"].items() if v is not None},
+        }
+        try:
+            await self.api.create(kube.CONFIGMAPS, body)
+        except kube.ConflictError:  # created meanwhile (another flush, a previous leader)
+            await self.api.patch(kube.CONFIGMAPS, self.name, patch, self.namespace)
+        self._exists = True
 
 
 def _resolve(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
