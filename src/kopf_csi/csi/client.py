@@ -37,7 +37,6 @@ CallObserver = Callable[[str, Code, float], None]
 """Called after every call with the method, its code and its duration in seconds (metrics)."""
 
 # Failures below gRPC: the socket is missing, refused, or the connection died mid-call.
-# grpclib's Channel reconnects on the next call, so one immediate retry is enough.
 CONNECTION_ERRORS = (ConnectionError, FileNotFoundError, StreamTerminatedError, ProtocolError)
 
 
@@ -340,7 +339,6 @@ class CSIClient:
     ) -> Response:
         method = f"/csi.v1.{service}/{rpc}"
         budget = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + budget
         log = logger.bind(method=method)
         # Redacting means serialising the whole message: only when debug lines are wanted.
         verbose = _debugging()
@@ -349,30 +347,19 @@ class CSIClient:
         started = time.monotonic()
         code = Code.UNKNOWN
         try:
-            for attempt in (1, 2):
-                remaining = deadline - time.monotonic()
-                try:
-                    with _translated(method, budget, request):
-                        response = await send(request, timeout=max(remaining, 0.001))
-                except CSIError as exc:
-                    # The channel reconnects on the next call after a lost connection;
-                    # every CSI call is idempotent, so retrying at once is safe.
-                    retry = (
-                        attempt == 1
-                        and exc.__cause__ is not None
-                        and isinstance(exc.__cause__, CONNECTION_ERRORS)
-                    )
-                    if retry and deadline - time.monotonic() > 0.01:
-                        log.debug("csi_reconnect", error=str(exc))
-                        continue
-                    code = exc.code
-                    log.debug("csi_error", code=exc.code.name, message=exc.message)
-                    raise
-                code = Code.OK
-                if verbose:
-                    log.debug("csi_response", response=redact(response))
-                return response
-            raise AssertionError("unreachable")  # pragma: no cover
+            # No retry here: a lost connection fails this call (UNAVAILABLE) and grpclib's
+            # channel reconnects on the next one; the controllers' queues do the retrying.
+            with _translated(method, budget, request):
+                response = await send(request, timeout=budget)
+        except CSIError as exc:
+            code = exc.code
+            log.debug("csi_error", code=exc.code.name, message=exc.message)
+            raise
+        else:
+            code = Code.OK
+            if verbose:
+                log.debug("csi_response", response=redact(response))
+            return response
         finally:
             elapsed = time.monotonic() - started
             for observe in self.observers:
