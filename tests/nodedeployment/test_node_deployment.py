@@ -6,8 +6,9 @@ We test these aspects:
   switch is off); everything is ours when the mode is off;
 - the competing delay grows with attempts, between the base and the max delay;
 - the claim patch carries the resourceVersion, so that a second writer gets a conflict;
-- end to end: claims selected for another node are left alone, ours are provisioned, and an
-  Immediate claim is claimed for our node (selected-node set) and then provisioned;
+- end to end: claims selected for another node are left alone, ours are provisioned, an
+  Immediate claim is claimed for our node (selected-node set) and then provisioned, and one
+  too big for our node's capacity is not claimed;
 - the settings: NODE_DEPLOYMENT without NODE_NAME is a clear settings error.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from kopf_csi.driver import Driver
+from kopf_csi.driver import Driver, DriverConfig, Limits
 from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.provisioning.ownership import (
     Ownership,
@@ -169,3 +170,38 @@ async def test_only_our_nodes_claims_are_provisioned(
         assert len(driver.state.volumes) == 2
     finally:
         await operator.stop()
+
+
+class TestNoRoomOnOurNode:
+    """An Immediate claim that does not fit our node's capacity is not claimed for it."""
+
+    @pytest.fixture
+    def driver_config(self, driver_config: DriverConfig) -> DriverConfig:
+        return dataclasses.replace(driver_config, limits=Limits(total_capacity=512 * 1024))
+
+    async def test_a_claim_too_big_for_our_node_is_left_alone(
+        self, cluster: EmulatedCluster, kcm: ControllerManager, driver: Driver, settings: Settings
+    ) -> None:
+        _seed(cluster)
+        options = dataclasses.replace(
+            OPTIONS, node_deployment_base_delay=0.01, node_deployment_max_delay=0.02
+        )
+        operator = OperatorThread(settings=dataclasses.replace(settings, provisioner=options))
+        await operator.start()
+        try:
+            claim = _claim("big", sc="imm")  # 1Mi, against 512Ki of room
+            del claim["metadata"]["resourceVersion"]
+            with cluster.subscribe("persistentvolumeclaims") as feed:
+                cluster.create("persistentvolumeclaims", claim, namespace="default")
+                await asyncio.sleep(0.5)  # several attempts' worth, with 10-20 ms delays
+                versions = [change.object for change in await feed.batch()]
+            # Never claimed, not even for a moment (a claim that then failed would be undone
+            # by the reschedule, so the final state alone would not tell).
+            assert all(SELECTED not in v["metadata"].get("annotations", {}) for v in versions)
+            big = cluster.get("persistentvolumeclaims", "default", "big")
+            assert big is not None
+            assert SELECTED not in big["metadata"]["annotations"]
+            assert _phase(cluster, "big") == "Pending"
+            assert not driver.state.volumes
+        finally:
+            await operator.stop()

@@ -21,6 +21,7 @@ from kopf_csi.caches import Caches
 from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning import (
+    capacity,
     decisions,
     naming,
     ownership,
@@ -34,6 +35,7 @@ from kopf_csi.provisioning.access import uid as uid_of
 from kopf_csi.provisioning.errors import IgnoredError, ProvisioningError
 from kopf_csi.provisioning.journal import Journal, JournalError
 from kopf_csi.provisioning.options import ProvisionerOptions
+from kopf_csi.provisioning.parameters import driver_parameters
 from kopf_csi.provisioning.reclaiming import Reclaimer
 from kopf_csi.provisioning.sourcing import Sources
 from kopf_csi.provisioning.states import (
@@ -181,21 +183,18 @@ class Provisioner:
         """With GET_CAPACITY: does our node's segment have room for the claim?"""
         if not self.driver.has_controller("GET_CAPACITY"):
             return True
-        node = self.caches.nodes.get(self.options.node_name)
-        csinode = self.caches.csinodes.get(self.options.node_name)
-        labels = (node or {}).get("metadata", {}).get("labels") or {}
-        keys = [
-            key
-            for entry in (csinode or {}).get("spec", {}).get("drivers") or ()
-            if entry.get("name") == self.driver.name
-            for key in entry.get("topologyKeys") or ()
-        ]
-        segment = {key: labels[key] for key in keys if key in labels}
+        name = self.options.node_name
+        node, csinode = self.caches.nodes.get(name), self.caches.csinodes.get(name)
+        found = capacity.segments(
+            driver_name=self.driver.name,
+            csinodes=[csinode] if csinode else [],
+            nodes=[node] if node else [],
+        )
         try:
             answer = await self.csi.get_capacity(
                 csi.GetCapacityRequest(
-                    parameters=dict(storage_class.get("parameters") or {}),
-                    accessible_topology=csi.Topology(segments=segment) if segment else None,
+                    parameters=driver_parameters(storage_class.get("parameters")),
+                    accessible_topology=csi.Topology(segments=dict(found[0])) if found else None,
                 )
             )
             needed = requests.requested_bytes(claim)
