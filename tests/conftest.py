@@ -5,14 +5,19 @@
 - `driver`: the reference CSI driver on a real unix socket (`driver_config` to change it);
 - `operator`: kopf running `handler_modules` in its own thread, against both.
 
-Test directories may override `driver_config` and `handler_modules`.
+Test directories may override `driver_config` and `handler_modules`. `until()` polls a
+condition with a deadline; `seed_node()` registers a node the way kubelet and
+node-driver-registrar would.
 """
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import shutil
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -24,6 +29,31 @@ from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_o
 
 DRIVER_NAME = "hostpath.csi.kopf.dev"
 NODE = "node-1"
+TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
+
+
+async def until(predicate: Callable[[], Any], *, timeout: float = 10.0) -> Any:
+    """Poll until `predicate()` is truthy and return its value; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout}s: {predicate}")
+        await asyncio.sleep(0.02)
+    return result
+
+
+def seed_node(cluster: EmulatedCluster, name: str = NODE, *, driver: str = DRIVER_NAME) -> None:
+    """A Node with our topology label and its CSINode entry for the driver."""
+    cluster.create(
+        "nodes",
+        {"apiVersion": "v1", "kind": "Node",
+         "metadata": {"name": name, "labels": {TOPOLOGY_KEY: name}}},
+    )  # fmt: skip
+    cluster.create(
+        "csinodes",
+        {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": name},
+         "spec": {"drivers": [{"name": driver, "nodeID": name, "topologyKeys": [TOPOLOGY_KEY]}]}},
+    )  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +22,7 @@ from kopf_csi.settings import CapacitySettings, Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 
-from ..conftest import DRIVER_NAME
+from ..conftest import DRIVER_NAME, seed_node, until
 
 KEY = "topology.hostpath.csi.kopf.dev/node"
 MiB = 1024 * 1024
@@ -131,23 +129,13 @@ def test_diff_creates_updates_and_deletes() -> None:
     assert [o["metadata"]["name"] for o in obsolete] == ["csisc-2", "csisc-3"]
 
 
-async def _until(predicate: Callable[[], Any], *, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s")
-        await asyncio.sleep(0.02)
-    return result
-
-
 @pytest.fixture
 def driver_config(driver_config: DriverConfig) -> DriverConfig:
     return dataclasses.replace(driver_config, limits=Limits(total_capacity=64 * MiB))
 
 
 def _seed(cluster: EmulatedCluster) -> None:
-    cluster.create("nodes", _node("node-1", **{KEY: "node-1"}))
-    cluster.create("csinodes", _csinode("node-1"))
+    seed_node(cluster)
     cluster.create("storageclasses", _class("wffc", "WaitForFirstConsumer"))
     cluster.create("storageclasses", _class("imm", "Immediate"))
 
@@ -166,7 +154,7 @@ async def test_capacity_objects_follow_the_driver(
     operator = OperatorThread(settings=enabled)
     await operator.start()
     try:
-        [obj] = await _until(lambda: _capacities(cluster))
+        [obj] = await until(lambda: _capacities(cluster))
         assert obj["metadata"]["namespace"] == "default"
         assert obj["metadata"]["name"].startswith("csisc-")
         assert obj["metadata"]["labels"]["csi.storage.k8s.io/managed-by"] == "external-provisioner"
@@ -175,10 +163,10 @@ async def test_capacity_objects_follow_the_driver(
         assert obj["capacity"] == "64Mi"
 
         await _create_volume(driver)
-        await _until(lambda: [o for o in _capacities(cluster) if o["capacity"] == "48Mi"])
+        await until(lambda: [o for o in _capacities(cluster) if o["capacity"] == "48Mi"])
 
         cluster.delete("storageclasses", None, "wffc")
-        await _until(lambda: not _capacities(cluster))
+        await until(lambda: not _capacities(cluster))
     finally:
         await operator.stop()
 

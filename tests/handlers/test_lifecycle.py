@@ -3,7 +3,6 @@
 We test these aspects:
 - at start-up the operator logs in with our kubeconfig, waits for the driver and caches what
   the driver says about itself;
-- it uses our own annotation prefix and finalizer name, never kopf's defaults;
 - the liveness endpoint includes the driver's Probe, and fails while the driver is down;
 - an operator started before its driver waits for it, and one whose driver never comes fails
   with a clear error.
@@ -59,13 +58,6 @@ async def test_startup_connects_to_the_driver_and_caches_its_info(
     assert "CREATE_DELETE_VOLUME" in info.controller_capabilities
     assert "PUBLISH_UNPUBLISH_VOLUME" in info.controller_capabilities
     assert operator.memo.settings.csi.timeout == 5.0
-
-
-async def test_kopf_uses_our_names_on_core_objects(operator: OperatorThread) -> None:
-    # The settings object kopf ran with is in the memo's thread; check what configure_kopf set.
-    from kopf_csi import runtime
-
-    assert runtime.ANNOTATIONS_PREFIX == "kopf-csi.kopf.dev"
 
 
 @pytest.fixture

@@ -11,11 +11,8 @@ We test these aspects:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pathlib
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,20 +26,9 @@ from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import OperatorThread
 
-from ..conftest import DRIVER_NAME
+from ..conftest import DRIVER_NAME, seed_node, until
 
 JOURNAL = journal_name(DRIVER_NAME)
-
-
-async def _until(predicate: Callable[[], Any], *, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s: {predicate}")
-        await asyncio.sleep(0.02)
 
 
 def _seed(cluster: EmulatedCluster) -> None:
@@ -57,17 +43,7 @@ def _seed(cluster: EmulatedCluster) -> None:
             "volumeBindingMode": "Immediate",
         },
     )
-    cluster.create(
-        "nodes",
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "labels": {
-            "topology.hostpath.csi.kopf.dev/node": "node-1"}}},
-    )  # fmt: skip
-    cluster.create(
-        "csinodes",
-        {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "node-1"},
-         "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1",
-                               "topologyKeys": ["topology.hostpath.csi.kopf.dev/node"]}]}},
-    )  # fmt: skip
+    seed_node(cluster)
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -101,7 +77,7 @@ async def test_deleted_claim_is_finished_after_a_restart(
     await first.start()
     claim = cluster.create("persistentvolumeclaims", _claim("data"), namespace="default")
     uid = claim["metadata"]["uid"]
-    recorded = await _until(lambda: _journal(cluster).get(uid))
+    recorded = await until(lambda: _journal(cluster).get(uid))
     assert recorded["metadata"]["name"] == "data"
     assert recorded["spec"]["resources"]["requests"]["storage"] == "1Mi"
     await first.stop()
@@ -128,8 +104,8 @@ async def test_deleted_claim_is_finished_after_a_restart(
     second = OperatorThread(settings=settings)
     await second.start()
     try:
-        await _until(lambda: not driver.state.volumes and not _journal(cluster), timeout=15)
-        await _until(lambda: not cluster.objects("persistentvolumes"))
+        await until(lambda: not driver.state.volumes and not _journal(cluster), timeout=15)
+        await until(lambda: not cluster.objects("persistentvolumes"))
     finally:
         await second.stop()
 
@@ -142,7 +118,7 @@ async def test_a_provisioned_claim_leaves_no_record(
     await operator.start()
     try:
         cluster.create("persistentvolumeclaims", _claim("data"), namespace="default")
-        await _until(
+        await until(
             lambda: (
                 (cluster.get("persistentvolumeclaims", "default", "data") or {})
                 .get("status", {})
@@ -150,8 +126,8 @@ async def test_a_provisioned_claim_leaves_no_record(
                 == "Bound"
             )
         )
-        await _until(lambda: cluster.get("configmaps", "default", JOURNAL) is not None)
-        await _until(lambda: not _journal(cluster))
+        await until(lambda: cluster.get("configmaps", "default", JOURNAL) is not None)
+        await until(lambda: not _journal(cluster))
     finally:
         await operator.stop()
 
@@ -181,11 +157,11 @@ async def test_an_unwritable_journal_stops_create_volume(
                 for e in cluster.objects("events")
             )
 
-        await _until(failed)
+        await until(failed)
         assert not driver.state.volumes  # nothing was sent to the driver unrecorded
         for fault in faults:
             cluster.faults.remove(fault)
-        await _until(
+        await until(
             lambda: (
                 (cluster.get("persistentvolumeclaims", "default", "data") or {})
                 .get("status", {})

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,7 +33,7 @@ from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import OperatorThread
 
-from ..conftest import DRIVER_NAME
+from ..conftest import DRIVER_NAME, seed_node, until
 
 SELECTED = "volume.kubernetes.io/selected-node"
 KEY = "topology.hostpath.csi.kopf.dev/node"
@@ -104,30 +102,9 @@ def test_node_deployment_needs_a_node_name() -> None:
     assert settings.provisioner.node_name == "node-1"
 
 
-async def _until(predicate: Callable[[], Any], *, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s")
-        await asyncio.sleep(0.02)
-    return result
-
-
 def _seed(cluster: EmulatedCluster) -> None:
     for node in ("node-1", "node-2"):
-        cluster.create(
-            "nodes",
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {KEY: node}}},
-        )
-        cluster.create(
-            "csinodes",
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSINode",
-                "metadata": {"name": node},
-                "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": node, "topologyKeys": [KEY]}]},
-            },
-        )
+        seed_node(cluster, node)
     for name, mode in (("wffc", "WaitForFirstConsumer"), ("imm", "Immediate")):
         cluster.create(
             "storageclasses",
@@ -161,8 +138,8 @@ async def test_only_our_nodes_claims_are_provisioned(
                       _claim("immediate", sc="imm")):  # fmt: skip
             del claim["metadata"]["resourceVersion"]
             cluster.create("persistentvolumeclaims", claim, namespace="default")
-        await _until(lambda: _phase(cluster, "ours") == "Bound")
-        await _until(lambda: _phase(cluster, "immediate") == "Bound")
+        await until(lambda: _phase(cluster, "ours") == "Bound")
+        await until(lambda: _phase(cluster, "immediate") == "Bound")
         immediate = cluster.get("persistentvolumeclaims", "default", "immediate")
         assert immediate is not None
         assert immediate["metadata"]["annotations"][SELECTED] == "node-1"
