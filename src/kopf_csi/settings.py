@@ -20,8 +20,10 @@ __all__ = [
     "AttacherOptions",
     "CSISettings",
     "CapacitySettings",
+    "HTTPSettings",
     "HealthMonitorOptions",
     "KubeSettings",
+    "LeaderElectionSettings",
     "ProvisionerOptions",
     "Settings",
     "SettingsError",
@@ -52,6 +54,43 @@ class KubeSettings:
 
     namespace: str = "default"
     """The operator's own namespace (`$POD_NAMESPACE`): its Lease and in-flight journal."""
+
+    qps: float = 100.0
+    """`--kube-api-qps`: our own API requests per second (the Go default, 5, caps provisioning
+    near 2 volumes/s; drivers raise it, so the default here is higher)."""
+
+    burst: int = 200
+    """`--kube-api-burst`: requests allowed at once above `qps` (Go: 10)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderElectionSettings:
+    enabled: bool = False
+    """`--leader-election`: run active/passive; only the holder of the Leases works."""
+
+    namespace: str | None = None
+    """`--leader-election-namespace`; empty means the operator's own namespace."""
+
+    lease_duration: float = 15.0
+    """`--leader-election-lease-duration`: seconds a Lease is valid without renewal (15s)."""
+
+    renew_deadline: float = 10.0
+    """`--leader-election-renew-deadline`: seconds the leader keeps trying to renew (10s)."""
+
+    retry_period: float = 5.0
+    """`--leader-election-retry-period`: seconds between attempts to acquire or renew (5s)."""
+
+    identity: str = ""
+    """This replica's name in the Lease's holderIdentity; empty means the host name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HTTPSettings:
+    endpoint: str = ""
+    """`--http-endpoint` (`:8080`, `0.0.0.0:8080`): metrics and health; empty means off."""
+
+    metrics_path: str = "/metrics"
+    """`--metrics-path`: where Prometheus scrapes the metrics on that endpoint."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +123,10 @@ class Settings:
     capacity: CapacitySettings = dataclasses.field(default_factory=CapacitySettings)
     attacher: AttacherOptions = dataclasses.field(default_factory=AttacherOptions)
     health: HealthMonitorOptions = dataclasses.field(default_factory=HealthMonitorOptions)
+    leader_election: LeaderElectionSettings = dataclasses.field(
+        default_factory=LeaderElectionSettings
+    )
+    http: HTTPSettings = dataclasses.field(default_factory=HTTPSettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
