@@ -20,6 +20,7 @@ import structlog
 
 from kopf_csi import kube, names, runtime
 from kopf_csi.caches import object_key
+from kopf_csi.provisioning.hooks import create_volume_hooks
 from kopf_csi.provisioning.journal import Journal, journal_name
 from kopf_csi.provisioning.naming import provisioner_identity
 from kopf_csi.provisioning.operations import Provisioner
@@ -53,6 +54,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
             random_number=random.randrange(10000),
         ),
         journal=journal,
+        hooks=create_volume_hooks(memo),  # the same list users' modules append to, in any order
     )
     memo.provisioner = provisioner
     memo.claims_queue = WorkQueue(

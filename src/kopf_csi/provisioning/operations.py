@@ -11,7 +11,7 @@ volumes are `reclaiming`'s, data sources `sourcing`'s. No kopf here: each operat
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -33,6 +33,7 @@ from kopf_csi.provisioning.access import escape, read_secret_data
 from kopf_csi.provisioning.access import meta as meta_of
 from kopf_csi.provisioning.access import uid as uid_of
 from kopf_csi.provisioning.errors import IgnoredError, ProvisioningError
+from kopf_csi.provisioning.hooks import CreateVolumeHook, run_hooks
 from kopf_csi.provisioning.journal import Journal, JournalError
 from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.provisioning.parameters import driver_parameters
@@ -69,6 +70,7 @@ class Provisioner:
         options: ProvisionerOptions,
         identity: str,
         journal: Journal | None = None,
+        hooks: Sequence[CreateVolumeHook] = (),
     ) -> None:
         self.csi = csi_client
         self.api = api
@@ -78,6 +80,8 @@ class Provisioner:
         self.options = options
         self.identity = identity
         self.journal = journal
+        self.hooks = hooks
+        """Users' CreateVolume hooks (`kopf_csi.provisioning.hooks`), read at every attempt."""
         self.sources = Sources(api=api, caches=caches, options=options)
         self.reclaimer = Reclaimer(
             csi_client=csi_client, api=api, recorder=recorder, caches=caches, driver=driver
@@ -260,6 +264,7 @@ class Provisioner:
             accessibility_requirements=requirement,
             volume_attributes_class=vac,
         )
+        await run_hooks(self.hooks, claim, storage_class, request)
         if self.journal is not None:
             try:
                 await self.journal.record(claim)

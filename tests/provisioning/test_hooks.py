@@ -1,0 +1,56 @@
+"""The CreateVolume hooks: the order they run in, refusals, and a hook's own bugs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kopf_csi.csi import messages as csi
+from kopf_csi.provisioning.errors import ProvisioningError
+from kopf_csi.provisioning.hooks import Refused, create_volume_hooks, run_hooks
+from kopf_csi.provisioning.states import ProvisioningState
+
+
+def test_the_memo_holds_one_list_whoever_asks_first() -> None:
+    memo: dict[str, Any] = {}
+    first = create_volume_hooks(memo)
+    assert create_volume_hooks(memo) is first
+    assert first == []
+
+
+async def test_hooks_run_in_order_and_may_change_parameters() -> None:
+    seen: list[str] = []
+
+    async def one(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        seen.append("one")
+        request.parameters["a"] = "1"
+
+    async def two(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        seen.append(f"two:{request.parameters['a']}")
+
+    request = csi.CreateVolumeRequest(name="pvc-1", parameters={})
+    await run_hooks([one, two], {}, {}, request)
+    assert seen == ["one", "two:1"]
+    assert request.parameters == {"a": "1"}
+
+
+async def test_a_refusal_is_final_and_keeps_its_message() -> None:
+    async def refuse(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        raise Refused("not today")
+
+    with pytest.raises(Refused) as info:
+        await run_hooks([refuse], {}, {}, csi.CreateVolumeRequest(name="pvc-1"))
+    assert info.value.message == "not today"
+    assert info.value.state is ProvisioningState.FINISHED
+
+
+async def test_a_broken_hook_fails_the_attempt_naming_the_hook() -> None:
+    async def broken(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        raise KeyError("oops")
+
+    with pytest.raises(ProvisioningError) as info:
+        await run_hooks([broken], {}, {}, csi.CreateVolumeRequest(name="pvc-1"))
+    assert "test_a_broken_hook_fails_the_attempt_naming_the_hook.<locals>.broken" in str(info.value)
+    assert "KeyError" in str(info.value)
+    assert info.value.state is ProvisioningState.FINISHED
