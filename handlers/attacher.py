@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import kube, runtime
+from kopf_csi import kube, metrics, runtime
 from kopf_csi.attaching.decisions import Route, has_finalizer, is_deleting, volume_name
 from kopf_csi.attaching.operations import Attacher
 from kopf_csi.csi import CSIError
@@ -51,6 +51,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
             workers=settings.workers.attacher,
             backoff_start=options.retry_interval_start,
             backoff_max=options.retry_interval_max,
+            observer=metrics.from_memo(memo),
         )
 
     memo.attach_queue = queue("attach", attacher.sync_attach)

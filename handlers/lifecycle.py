@@ -2,18 +2,23 @@
 
 Every other handler module depends on what this one puts into the memo: `memo.settings`
 (Settings), `memo.api` (KubeClient), `memo.caches` (Caches, primed), `memo.recorder` (events),
-`memo.csi` (CSIClient) and, last, `memo.driver` (DriverInfo): controllers wait for it.
+`memo.csi` (CSIClient, timed by `memo.metrics`) and, last, `memo.driver` (DriverInfo):
+controllers wait for it.
+With `--leader-election`, `memo.driver` comes only once this replica holds every Lease
+(`runtime.lead`: `memo.leadership`, `memo.health_checks["leader-election"]`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import aiohttp
 import kopf
 import structlog
 
-from kopf_csi import events, kube, runtime
-from kopf_csi.caches import Caches
+from kopf_csi import events, kube, metrics, runtime
+from kopf_csi.caches import Cache, Caches, object_key
 from kopf_csi.csi import CSIClient, CSIError
 
 log = structlog.get_logger("kopf_csi.lifecycle")
@@ -26,12 +31,26 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.startup(id="lifecycle.connect")
 async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    try:
+        await _connect(settings, memo)
+    except Exception as exc:
+        # The controllers' start-up handlers come next (kopf runs them one by one): they stop
+        # at once, saying why, instead of each waiting for a driver that will not come.
+        memo.connect_error = str(exc)
+        raise
+
+
+async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     config = runtime.settings_from_memo(memo)
     runtime.configure_kopf(settings, registry=getattr(memo, "registry", None))
-    client = CSIClient(config.csi.address, timeout=config.csi.timeout)
+    observed = metrics.from_memo(memo)  # every CSI call is timed, from the first Probe on
+    client = CSIClient(
+        config.csi.address, timeout=config.csi.timeout, observers=[observed.observe_call]
+    )
     try:
         await client.wait_ready(wait=config.csi.connect_timeout)
         info = await client.driver_info()
+        observed.set_driver_name(info.name)
     except CSIError as exc:
         # As the Go sidecars exit after their 30 s dial timeout or a failed identity call,
         # stop: kopf would otherwise retry a start-up handler after a minute, silently.
@@ -40,6 +59,17 @@ async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.csi = client
     memo.stoppers = []  # controllers' shutdown coroutines, run before the clients close
     memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
+    if getattr(memo, "health_checks", None) is None:
+        memo.health_checks = {}  # name → () -> (ok, detail): served by the HTTP health endpoint
+    try:
+        # `--leader-election`: a standby replica waits here, healthy, until it holds the
+        # Leases of all its controllers; nothing below (nor any watch) runs before that.
+        await runtime.lead(memo, driver_name=info.name)
+    except asyncio.CancelledError:  # stopped while standby: kopf runs no cleanup handlers then
+        await runtime.stop_work(memo)  # releases the Leases it holds already
+        await client.close()
+        await api.close()
+        raise
     memo.recorder = events.Recorder(api, component=events.component_name(info.name))
     memo.caches = caches = Caches()
     await _prime(api, caches)
@@ -63,8 +93,36 @@ async def _prime(api: kube.KubeClient, caches: Caches) -> None:
         kube.VOLUME_ATTACHMENTS: caches.attachments,
     }
     for resource, cache in kinds.items():
-        for obj in await api.list(resource):
-            cache.store(obj)
+        await _prime_kind(api, resource, cache)
+
+
+async def _prime_kind(
+    api: kube.KubeClient, resource: kube.Resource, cache: Cache, *, delay: float = 0.2
+) -> None:
+    """LIST one kind into its cache, retried until it succeeds, as a client-go reflector does.
+
+    A transient API error here would otherwise fail the start-up handler, which kopf retries
+    only after a minute: a single 5xx at start-up stopped all work for 60 s (chaos suite).
+    Objects stored by a failed attempt and absent from the complete LIST are dropped again.
+    """
+    stored: set[str] = set()
+    while True:
+        seen: set[str] = set()
+        try:
+            async for page in api.pages(resource):  # one page in memory at a time
+                for obj in page:
+                    cache.store(obj)
+                    seen.add(object_key(obj))
+        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+            stored |= seen
+            log.warning("cache_prime_retry", resource=resource.plural, error=str(exc), delay=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        for key in stored - seen:
+            if (gone := cache.get(key)) is not None:
+                cache.remove(gone)
+        return
 
 
 @kopf.on.cleanup(id="lifecycle.disconnect")

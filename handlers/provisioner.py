@@ -15,10 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import kopf
 import structlog
 
-from kopf_csi import kube, names, runtime
+from kopf_csi import kube, metrics, names, runtime
 from kopf_csi.caches import object_key
 from kopf_csi.provisioning.hooks import create_volume_hooks
 from kopf_csi.provisioning.journal import Journal, journal_name
@@ -54,6 +55,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
             random_number=random.randrange(10000),
         ),
         journal=journal,
+        observer=metrics.from_memo(memo),
         hooks=create_volume_hooks(memo),  # the same list users' modules append to, in any order
     )
     memo.provisioner = provisioner
@@ -63,6 +65,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         workers=settings.workers.provisioner,
         backoff_start=options.retry_interval_start,
         backoff_max=options.retry_interval_max,
+        observer=metrics.from_memo(memo),
     )
     memo.volumes_queue = WorkQueue(
         name="volumes",
@@ -70,6 +73,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         workers=settings.workers.provisioner,
         backoff_start=options.retry_interval_start,
         backoff_max=options.retry_interval_max,
+        observer=metrics.from_memo(memo),
     )
     # external-provisioner's CloningProtectionController (`--cloning-protection-threads` 1).
     memo.sources_queue = WorkQueue(
@@ -78,6 +82,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         workers=1,
         backoff_start=options.retry_interval_start,
         backoff_max=options.retry_interval_max,
+        observer=metrics.from_memo(memo),
     )
     memo.claims_queue.start()
     memo.volumes_queue.start()
@@ -88,8 +93,23 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     memo.stoppers.append(_stopper(memo))
     for volume in memo.caches.volumes:  # the primed cache: finalizers and pending deletions
         memo.volumes_queue.add(object_key(volume))
-    for key in await provisioner.resume():  # claims whose CreateVolume may have run
+    for key in await _resume(provisioner):  # claims whose CreateVolume may have run
         memo.claims_queue.add(key)
+
+
+async def _resume(provisioner: Provisioner, *, delay: float = 0.2) -> list[str]:
+    """`provisioner.resume()`, retried until the API answers.
+
+    An API error escaping here would fail the start-up handler: kopf re-runs it only a minute
+    later, and then over the queues this run has started already (found by the chaos suite).
+    """
+    while True:
+        try:
+            return await provisioner.resume()
+        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+            log.warning("journal_resume_retry", error=str(exc), delay=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def _stopper(memo: kopf.Memo) -> Callable[[], Awaitable[None]]:

@@ -9,13 +9,15 @@ per-object CPU went there).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import inspect
 import json
 import pathlib
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 import kubernetes_asyncio.client
@@ -45,11 +47,15 @@ __all__ = [
     "LoginError",
     "NotFoundError",
     "Resource",
+    "decode_secret_data",
     "login",
 ]
 
 Body = dict[str, Any]
+Page = list[Body]  # (`list` is also a method name in KubeClient)
 PatchType = Literal["merge", "json", "strategic"]
+LIST_PAGE_SIZE = 500
+"""Objects per LIST page: client-go's pager and reflector use 500, and so do we (and kopf)."""
 CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -237,10 +243,47 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[Body]:
-        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
-        answer = await self._request("GET", resource.path(namespace), query=query)
-        items: list[Body] = answer.get("items") or []
+        items: list[Body] = []
+        async for page in self.pages(
+            resource, namespace, label_selector=label_selector, field_selector=field_selector
+        ):
+            items.extend(page)
         return items
+
+    async def pages(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = LIST_PAGE_SIZE,
+    ) -> AsyncIterator[Page]:
+        """LIST in pages of `limit` (client-go's pager): one page in memory at a time.
+
+        A continue token that expired between two pages (410) restarts the list from the
+        beginning, once: objects already yielded may come again, which is harmless for the
+        caches this feeds (they store by key).
+        """
+        query: dict[str, str | None] = {
+            "labelSelector": label_selector, "fieldSelector": field_selector, "limit": str(limit),
+        }  # fmt: skip
+        restarted = False
+        while True:
+            try:
+                answer = await self._request("GET", resource.path(namespace), query=query)
+            except KubeError as exc:
+                if exc.status != 410 or "continue" not in query or restarted:
+                    raise
+                restarted = True  # the token expired: list again from the start
+                query.pop("continue")
+                continue
+            yield answer.get("items") or []
+            token = (answer.get("metadata") or {}).get("continue")
+            del answer
+            if not token:
+                return
+            query["continue"] = token
 
     async def create(self, resource: Resource, body: Mapping[str, Any]) -> Body:
         namespace = body.get("metadata", {}).get("namespace")
@@ -310,16 +353,37 @@ class KubeClient:
         return _decode(raw, status=status, method=method, path=path)
 
 
+def decode_secret_data(secret: Mapping[str, Any]) -> dict[str, str]:
+    """A Secret's `data`, base64-decoded (as client-go hands it to the Go sidecars).
+
+    ValueError for a malformed Secret (not a map, or a value that is not base64 text); the
+    message names the key, never the value. Bytes that are not UTF-8 are replaced.
+    """
+    data = secret.get("data") or {}
+    if not isinstance(data, Mapping):
+        raise ValueError("the secret's data is not a map")  # noqa: TRY004 (bad input, not code)
+    decoded: dict[str, str] = {}
+    for key, value in data.items():
+        try:
+            raw = base64.b64decode(value if isinstance(value, str) else b"?", validate=True)
+        except binascii.Error:
+            raise ValueError(f"the secret's data under key {str(key)!r} is not base64") from None
+        decoded[str(key)] = raw.decode("utf-8", "replace")
+    return decoded
+
+
 def _decode(raw: bytes, *, status: int, method: str, path: str) -> Body:
     try:
         data = json.loads(raw) if raw else {}
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        snippet = raw[:200].decode("utf-8", "replace")
+        # A Secret's body is its data: never quote it (into logs, events, exception texts).
+        is_secret = "secrets" in path.split("?", 1)[0].split("/")
+        snippet = f"<{len(raw)} bytes>" if is_secret else repr(raw[:200].decode("utf-8", "replace"))
         raise KubeError(
             f"{method} {path}: the API answered with something that is not a JSON object: "
-            f"{snippet!r}",
+            f"{snippet}",
             status=status,
             reason="MalformedResponse",
         )

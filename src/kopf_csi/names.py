@@ -211,3 +211,296 @@ REASON_VOLUME_CONDITION_NORMAL: Final = "VolumeConditionNormal"
 """Normal on the PVC when an abnormal volume is healthy again."""
 MESSAGE_VOLUME_RECOVERED: Final = "The Volume returns to the healthy state"
 """`util.DefaultRecoveryEventMessage`."""
+
+# --- metrics and health endpoints: what dashboards, alerts and probes look for ---
+# csi-lib-utils metrics/metrics.go, sig-storage-lib-external-provisioner controller/metrics,
+# k8s.io/component-base/metrics/prometheus/workqueue, csi-lib-utils leaderelection.
+
+METRIC_CSI_OPERATIONS: Final = "csi_sidecar_operations_seconds"
+"""Histogram of every CSI call: labels driver_name, method_name, grpc_status_code."""
+METRIC_DRIVER_UNKNOWN: Final = "unknown-driver"
+"""The `driver_name` label before GetPluginInfo answered (`unknownCSIDriverName`)."""
+METRIC_PROVISION_TOTAL: Final = "controller_persistentvolumeclaim_provision_total"
+METRIC_PROVISION_FAILED: Final = "controller_persistentvolumeclaim_provision_failed_total"
+METRIC_PROVISION_DURATION: Final = "controller_persistentvolumeclaim_provision_duration_seconds"
+"""Labels `class` (the claim's storageClassName) and `source` (its dataSource kind, or "")."""
+METRIC_DELETE_TOTAL: Final = "controller_persistentvolume_delete_total"
+METRIC_DELETE_FAILED: Final = "controller_persistentvolume_delete_failed_total"
+METRIC_DELETE_DURATION: Final = "controller_persistentvolume_delete_duration_seconds"
+"""Label `class` (the PV's storageClassName)."""
+METRIC_QUEUE_DEPTH: Final = "workqueue_depth"
+METRIC_QUEUE_ADDS: Final = "workqueue_adds_total"
+METRIC_QUEUE_LATENCY: Final = "workqueue_queue_duration_seconds"
+METRIC_QUEUE_WORK_DURATION: Final = "workqueue_work_duration_seconds"
+METRIC_QUEUE_UNFINISHED: Final = "workqueue_unfinished_work_seconds"
+METRIC_QUEUE_LONGEST_RUNNING: Final = "workqueue_longest_running_processor_seconds"
+METRIC_QUEUE_RETRIES: Final = "workqueue_retries_total"
+"""Label `name`: the queue's name (`claims`, `volumes`, ...; see docs/operations.md)."""
+METRIC_LEADER_STATUS: Final = "leader_election_master_status"
+"""client-go's leader-election gauge: 1 while holding the lease `name`, 0 while waiting."""
+LABEL_DRIVER_NAME: Final = "driver_name"
+LABEL_METHOD_NAME: Final = "method_name"
+LABEL_GRPC_STATUS_CODE: Final = "grpc_status_code"
+LABEL_CLASS: Final = "class"
+LABEL_SOURCE: Final = "source"
+LABEL_QUEUE_NAME: Final = "name"
+PATH_METRICS: Final = "/metrics"
+"""`--metrics-path` default."""
+PATH_HEALTHZ: Final = "/healthz"
+"""Liveness (ours: the driver's Probe and every registered check; no Go counterpart)."""
+PATH_READYZ: Final = "/readyz"
+"""Readiness (ours): the driver answered and the caches are primed."""
+PATH_LEADER_ELECTION_HEALTHZ: Final = "/healthz/leader-election"
+"""csi-lib-utils `HealthCheckerAddress`: 200 "ok", or 500 while the election watchdog fails."""
+
+# --- external-resizer: PVC/PV annotations, conditions, statuses, events ---
+# (pkg/util/events.go, util.go, pkg/controller/resize_status.go, expand_and_recover.go,
+# pkg/modifycontroller/*.go at the snapshot in sidecars.md §0; k8s.io/api core/v1 enums)
+
+ANN_STORAGE_RESIZER: Final = "volume.kubernetes.io/storage-resizer"
+"""On PVCs: the resizer of a migrated in-tree volume (`util.VolumeResizerKey`); re-queues."""
+ANN_PRE_RESIZE_CAPACITY: Final = "volume.alpha.kubernetes.io/pre-resize-capacity"
+"""On PVs: the claim's capacity before a resize that needs the node (`AnnPreResizeCapacity`)."""
+ANN_NODE_EXPANSION_NOT_REQUIRED: Final = "volume.kubernetes.io/node-expansion-not-required"
+"""On PVCs: "true" once the controller alone finished the resize; kubelet then skips it."""
+RESIZER_EVENT_COMPONENT: Final = "external-resizer {driver}"
+"""The event source of the resizer's and the modify controller's events."""
+
+CONDITION_RESIZING: Final = "Resizing"
+CONDITION_FS_RESIZE_PENDING: Final = "FileSystemResizePending"
+CONDITION_CONTROLLER_RESIZE_ERROR: Final = "ControllerResizeError"
+CONDITION_NODE_RESIZE_ERROR: Final = "NodeResizeError"
+CONDITION_MODIFYING_VOLUME: Final = "ModifyingVolume"
+CONDITION_MODIFY_VOLUME_ERROR: Final = "ModifyVolumeError"
+
+RESIZE_CONTROLLER_IN_PROGRESS: Final = "ControllerResizeInProgress"
+RESIZE_CONTROLLER_INFEASIBLE: Final = "ControllerResizeInfeasible"
+RESIZE_NODE_PENDING: Final = "NodeResizePending"
+RESIZE_NODE_IN_PROGRESS: Final = "NodeResizeInProgress"
+RESIZE_NODE_INFEASIBLE: Final = "NodeResizeInfeasible"
+"""`status.allocatedResourceStatuses.storage` values (ClaimResourceStatus)."""
+MODIFY_PENDING: Final = "Pending"
+MODIFY_IN_PROGRESS: Final = "InProgress"
+MODIFY_INFEASIBLE: Final = "Infeasible"
+"""`status.modifyVolumeStatus.status` values (PersistentVolumeClaimModifyVolumeStatus)."""
+
+REASON_RESIZING: Final = "Resizing"
+REASON_VOLUME_RESIZE_FAILED: Final = "VolumeResizeFailed"
+REASON_VOLUME_RESIZE_SUCCESSFUL: Final = "VolumeResizeSuccessful"
+REASON_FS_RESIZE_REQUIRED: Final = "FileSystemResizeRequired"
+REASON_VOLUME_MODIFY: Final = "VolumeModify"
+REASON_VOLUME_MODIFY_SUCCESSFUL: Final = "VolumeModifySuccessful"
+REASON_VOLUME_MODIFY_FAILED: Final = "VolumeModifyFailed"
+
+MESSAGE_RESIZING: Final = "External resizer is resizing volume {volume}"
+MESSAGE_FS_RESIZE_REQUIRED: Final = "Require file system resize of volume on node"
+MESSAGE_RESIZE_SUCCEEDED: Final = "Resize volume succeeded"
+MESSAGE_RESIZE_FAILED: Final = 'resize volume "{volume}" by resizer "{driver}" failed: {error}'
+"""Warning `VolumeResizeFailed` (and the error) when ControllerExpandVolume fails."""
+MESSAGE_OFFLINE_IN_USE: Final = (
+    "Unable to expand {claim} because CSI driver {driver} only supports offline expansion and"
+    " volume is currently in-use"
+)
+"""Warning `VolumeResizeFailed` while a volume that failed with FailedPrecondition is in use."""
+MESSAGE_FS_RESIZE_PENDING: Final = (
+    "Waiting for user to (re-)start a pod to finish file system resize of volume on node."
+)
+"""The `FileSystemResizePending` condition's message."""
+MESSAGE_CONTROLLER_RESIZE_ERROR: Final = "failed to expand pvc with {error}"
+"""The `ControllerResizeError` condition's message."""
+MESSAGE_RESIZE_SLOW_RETRY: Final = (
+    "skipping volume expansion for pvc {claim}, because expansion previously failed with"
+    " infeasible error"
+)
+MESSAGE_MODIFYING: Final = "external resizer is modifying volume {claim} with vac {vac}"
+MESSAGE_MODIFIED: Final = "external resizer modified volume {claim} with vac {vac} successfully"
+MESSAGE_VAC_NOT_FOUND: Final = 'VAC "{vac}" does not exist.'
+MESSAGE_MODIFY_IN_PROGRESS: Final = "ModifyVolume operation in progress."
+"""The `ModifyingVolume` condition's message."""
+MESSAGE_MODIFY_ERROR: Final = "ModifyVolume failed with error: {error}. Waiting for retry."
+"""The `ModifyVolumeError` condition's message."""
+MESSAGE_STILL_MODIFYING: Final = "{error}. Still modifying to VAC {vac}"
+"""Warning `VolumeModifyFailed` after a non-final error: the operation may still be running."""
+MESSAGE_MODIFY_SLOW_RETRY: Final = (
+    "skipping volume modification for pvc {claim}, because modification previously failed with"
+    " infeasible error"
+)
+
+MESSAGE_RESIZE_SECRET_FAILED: Final = (
+    "error getting secret {name} in namespace {namespace}: {error}"
+)
+"""The resize error when the controller-expand secret cannot be read (`getCredentials`)."""
+
+
+# --- csi-snapshotter (the per-driver sidecar of external-snapshotter) ---
+# (pkg/utils/util.go, pkg/sidecar-controller/snapshot_controller.go, csi_handler.go,
+# pkg/snapshotter/snapshotter.go at the snapshot in sidecars.md §0)
+
+ANN_SNAPSHOT_BEING_CREATED: Final = "snapshot.storage.kubernetes.io/volumesnapshot-being-created"
+"""On VSCs, value `yes`: CreateSnapshot was sent and has not answered with success or a final
+error. While it is there, the content is never released (no leaked snapshot after a timeout)."""
+ANN_SNAPSHOT_BEING_DELETED: Final = "snapshot.storage.kubernetes.io/volumesnapshot-being-deleted"
+"""On VSCs, set by the snapshot-controller once the VolumeSnapshot is being deleted."""
+ANN_SNAPSHOT_DELETION_SECRET_NAME: Final = "snapshot.storage.kubernetes.io/deletion-secret-name"
+ANN_SNAPSHOT_DELETION_SECRET_NAMESPACE: Final = (
+    "snapshot.storage.kubernetes.io/deletion-secret-namespace"
+)
+"""On VSCs, set by the snapshot-controller: the secret of CreateSnapshot and DeleteSnapshot."""
+ANN_SNAPSHOT_DEFAULT_CLASS: Final = "snapshot.storage.kubernetes.io/is-default-class"
+"""On VolumeSnapshotClasses: the default class of its driver (the snapshot-controller's)."""
+FINALIZER_SNAPSHOT_CONTENT_BOUND: Final = (
+    "snapshot.storage.kubernetes.io/volumesnapshotcontent-bound-protection"
+)
+"""On VSCs: added by the snapshot-controller, removed by the sidecar once the snapshot is
+deleted on the driver (policy Delete) or released (policy Retain)."""
+FINALIZER_SNAPSHOT_BOUND: Final = "snapshot.storage.kubernetes.io/volumesnapshot-bound-protection"
+FINALIZER_SNAPSHOT_AS_SOURCE: Final = (
+    "snapshot.storage.kubernetes.io/volumesnapshot-as-source-protection"
+)
+"""On VolumeSnapshots: the snapshot-controller's two finalizers (its stand-in adds them)."""
+SNAPSHOT_CONTENT_NAME_PREFIX: Final = "snapcontent-"
+"""The snapshot-controller's name of a dynamic VSC: `snapcontent-<VolumeSnapshot uid>`."""
+DEFAULT_SNAPSHOT_NAME_PREFIX: Final = "snapshot"
+"""`--snapshot-name-prefix`: CreateSnapshot's name is `<prefix>-<VolumeSnapshot uid>`."""
+SNAPSHOTTER_EVENT_COMPONENT: Final = "csi-snapshotter {driver}"
+"""The event source of the sidecar's events (NewCSISnapshotSideCarController)."""
+
+PARAM_SNAPSHOTTER_SECRET_NAME: Final = "csi.storage.k8s.io/snapshotter-secret-name"
+PARAM_SNAPSHOTTER_SECRET_NAMESPACE: Final = "csi.storage.k8s.io/snapshotter-secret-namespace"
+PARAM_SNAPSHOTTER_LIST_SECRET_NAME: Final = "csi.storage.k8s.io/snapshotter-list-secret-name"
+PARAM_SNAPSHOTTER_LIST_SECRET_NAMESPACE: Final = (
+    "csi.storage.k8s.io/snapshotter-list-secret-namespace"
+)
+PARAM_GROUP_SNAPSHOTTER_SECRET_NAME: Final = "csi.storage.k8s.io/group-snapshotter-secret-name"
+PARAM_GROUP_SNAPSHOTTER_SECRET_NAMESPACE: Final = (
+    "csi.storage.k8s.io/group-snapshotter-secret-namespace"
+)
+"""The only `csi.storage.k8s.io/` keys a VolumeSnapshotClass may have (stripped, never sent)."""
+PARAM_VOLUME_SNAPSHOT_NAME: Final = "csi.storage.k8s.io/volumesnapshot/name"
+PARAM_VOLUME_SNAPSHOT_NAMESPACE: Final = "csi.storage.k8s.io/volumesnapshot/namespace"
+PARAM_VOLUME_SNAPSHOT_CONTENT_NAME: Final = "csi.storage.k8s.io/volumesnapshotcontent/name"
+"""Added to the CreateSnapshot parameters by `--extra-create-metadata`."""
+
+REASON_SNAPSHOT_CREATION_FAILED: Final = "SnapshotCreationFailed"
+REASON_SNAPSHOT_CHECK_FAILED: Final = "SnapshotContentCheckandUpdateFailed"
+REASON_SNAPSHOT_DELETE_ERROR: Final = "SnapshotDeleteError"
+MESSAGE_SNAPSHOT_CREATION_FAILED: Final = "Failed to create snapshot: {error}"
+MESSAGE_SNAPSHOT_CHECK_FAILED: Final = "Failed to check and update snapshot content: {error}"
+MESSAGE_SNAPSHOT_CREDENTIALS_FAILED: Final = "Failed to get snapshot credentials"
+MESSAGE_SNAPSHOT_DELETE_FAILED: Final = "Failed to delete snapshot"
+MESSAGE_SNAPSHOT_CLEAR_STATUS_FAILED: Final = "Failed to clear content status"
+
+# The errors inside those messages and in `status.error.message` (Go `fmt.Errorf` texts; a
+# `{quoted}` field is Go's `%q`/`%#v` of its value, rendered by `provisioning.gofmt.go_quote`).
+ERROR_SNAPSHOT_INPUT: Final = (
+    "failed to get input parameters to create snapshot for content {content}: {quoted}"
+)
+ERROR_SNAPSHOT_WITHOUT_CLASS: Final = "failed to take snapshot {content} without a snapshot class"
+ERROR_SNAPSHOT_CLASS_NOT_FOUND: Final = (
+    'volumesnapshotclass.snapshot.storage.k8s.io "{name}" not found'
+)
+ERROR_SNAPSHOT_SECRET_UNSPECIFIED: Final = (
+    "cannot retrieve secrets for snapshot content {quoted}, err: secret name or namespace not"
+    " specified"
+)
+ERROR_SNAPSHOT_CREDENTIALS: Final = "cannot get credentials for snapshot content {quoted}"
+ERROR_SNAPSHOT_SET_BEING_CREATED: Final = (
+    "failed to add VolumeSnapshotBeingCreated annotation on the content {content}: {quoted}"
+)
+ERROR_SNAPSHOT_CONTROLLER_UPDATE: Final = (
+    "snapshot controller failed to update {content} on API server: {error}"
+)
+ERROR_SNAPSHOT_PREFIXED_PARAMETERS: Final = (
+    "failed to remove CSI Parameters of prefixed keys: {error}"
+)
+ERROR_SNAPSHOT_UNKNOWN_PARAMETER: Final = (
+    'found unknown parameter key "{key}" with reserved namespace csi.storage.k8s.io/'
+)
+ERROR_SNAPSHOT_NOT_BOUND: Final = (
+    "cannot create snapshot. Snapshot content {content} not bound to a snapshot"
+)
+ERROR_SNAPSHOT_TAKE: Final = "failed to take snapshot of the volume {volume}: {quoted}"
+ERROR_SNAPSHOT_REMOVE_BEING_CREATED_FINAL: Final = (
+    "failed to remove VolumeSnapshotBeingCreated annotation from the content {content}: {error}"
+)
+ERROR_SNAPSHOT_REMOVE_BEING_CREATED: Final = (
+    "failed to remove VolumeSnapshotBeingCreated annotation on the content {content}: {quoted}"
+)
+ERROR_SNAPSHOT_UPDATE_STATUS: Final = (
+    "error updating status for volume snapshot content {content}: {error}"
+)
+ERROR_SNAPSHOT_GET_CONTENT: Final = "error get snapshot content {content} from api server: {error}"
+ERROR_SNAPSHOT_GET_CLASS: Final = (
+    "failed to get snapshot class {name} for snapshot content {content}: {error}"
+)
+ERROR_SNAPSHOT_SECRET_REFERENCE: Final = (
+    "failed to get secret reference for snapshot content {content}: {error}"
+)
+ERROR_SNAPSHOT_GET_CREDENTIALS: Final = (
+    "failed to get credentials for snapshot content {content}: {error}"
+)
+ERROR_SNAPSHOT_GET_SECRET: Final = "error getting secret {name} in namespace {namespace}: {error}"
+ERROR_SNAPSHOT_LIST: Final = "failed to list snapshot for content {content}: {quoted}"
+ERROR_SNAPSHOT_LIST_NO_HANDLE: Final = (
+    "failed to list snapshot for content {content}: snapshotHandle is missing"
+)
+ERROR_SNAPSHOT_LIST_SUPPORTED: Final = "failed to check if ListSnapshots is supported: {error}"
+ERROR_SNAPSHOT_NOT_FOUND: Final = "can not find snapshot for snapshotID {snapshot_id}"
+ERROR_SNAPSHOT_DELETE: Final = "failed to delete snapshot content {content}: {quoted}"
+ERROR_SNAPSHOT_DELETE_NO_HANDLE: Final = (
+    "failed to delete snapshot content {content}: snapshotHandle is missing"
+)
+# GetSecretReference's errors (the VolumeSnapshotClass's secret templates).
+ERROR_SNAPSHOT_SECRET_TEMPLATES: Final = (
+    "failed to get name and namespace template from params: {error}"
+)
+ERROR_SNAPSHOT_SECRET_HALF: Final = (
+    "either name and namespace for {kind} secrets specified, Both must be specified"
+)
+ERROR_SNAPSHOT_SECRET_EMPTY: Final = (
+    "{kind} secrets specified in parameters but value of either namespace or name is empty"
+)
+ERROR_SNAPSHOT_SECRET_RESOLVE: Final = "error resolving value {quoted}: {error}"
+ERROR_SNAPSHOT_NAMESPACE_RESOLVED_INVALID: Final = (
+    "{quoted} resolved to {resolved} which is not a valid namespace name"
+)
+ERROR_SNAPSHOT_NAMESPACE_INVALID: Final = "{quoted} is not a valid namespace name"
+ERROR_SNAPSHOT_NAME_RESOLVED_INVALID: Final = (
+    "{quoted} resolved to {resolved} which is not a valid secret name"
+)
+ERROR_SNAPSHOT_NAME_INVALID: Final = "{quoted} is not a valid secret name"
+
+# --- leader election: the Go sidecars' Lease names (coordination.k8s.io/v1, `--leader-election`)
+# external-provisioner cmd/csi-provisioner (the driver name, `/` → `-`), external-attacher
+# cmd/csi-attacher/main.go, external-resizer cmd/csi-resizer/main.go, external-snapshotter
+# cmd/csi-snapshotter/main.go, external-health-monitor cmd/csi-external-health-monitor-
+# controller; every one passes through csi-lib-utils leaderelection `sanitizeName`.
+LEASE_PREFIX_PROVISIONER: Final = ""
+"""external-provisioner's Lease is the bare (sanitized) driver name: `hostpath-csi-k8s-io`."""
+LEASE_PREFIX_ATTACHER: Final = "external-attacher-leader-"
+LEASE_PREFIX_RESIZER: Final = "external-resizer-"
+LEASE_PREFIX_SNAPSHOTTER: Final = "external-snapshotter-leader-"
+LEASE_PREFIX_HEALTH_MONITOR: Final = "external-health-monitor-leader-"
+LEASE_EVENT_REASON: Final = "LeaderElection"
+"""client-go LeaseLock `RecordEvent`: a Normal event on the Lease, "<identity> became leader"."""
+LEASE_EVENT_BECAME_LEADER: Final = "{identity} became leader"
+LEASE_EVENT_STOPPED_LEADING: Final = "{identity} stopped leading"
+LEASE_EVENT_COMPONENT: Final = "{lease}/{identity}"
+"""csi-lib-utils: the events' source component is `<lock name>/<identity>`."""
+
+
+def sanitize_lease_name(name: str) -> str:
+    """csi-lib-utils `sanitizeName`: every char outside `[a-zA-Z0-9-]` → `-`, no trailing `-`.
+
+    Applied to the Lease name and to the holder identity, as csi-lib-utils does.
+    """
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c == "-" else "-" for c in name)
+    return safe + "X" if safe.endswith("-") else safe
+
+
+def lease_name(prefix: str, driver_name: str) -> str:
+    """The Lease one Go sidecar holds for `driver_name`: `prefix` + the driver, sanitized."""
+    return sanitize_lease_name(prefix + driver_name.replace("/", "-"))
+
+
+# --- (end of leader election) ---

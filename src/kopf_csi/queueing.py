@@ -46,14 +46,24 @@ import dataclasses
 import functools
 import math
 import threading
+import time
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
 from kopf_csi.provisioning.backoff import next_delay
 
-__all__ = ["DONE", "RETRY", "Clock", "Outcome", "WorkQueue", "next_delay", "retry_after"]
+__all__ = [
+    "DONE",
+    "RETRY",
+    "Clock",
+    "Outcome",
+    "QueueObserver",
+    "WorkQueue",
+    "next_delay",
+    "retry_after",
+]
 
 logger = structlog.get_logger("kopf_csi.queueing")
 
@@ -101,6 +111,28 @@ class Clock(Protocol):
     def call_later(self, delay: float, callback: Callable[[], object]) -> Cancellable: ...
 
 
+class QueueObserver(Protocol):
+    """What a metrics module learns from a queue: client-go's workqueue metrics, as events.
+
+    Depth and the in-flight durations are read when scraped (`depth`, `processing_since`),
+    so the observer gets the queue itself once, at `start()`.
+    """
+
+    def started(self, queue: WorkQueue[Any]) -> None: ...
+
+    def added(self, queue: str) -> None:
+        """A key was queued that was not queued already (`workqueue_adds_total`)."""
+
+    def retried(self, queue: str) -> None:
+        """A delayed add: a retry or `add_after` (client-go counts every `AddAfter`)."""
+
+    def waited(self, queue: str, seconds: float) -> None:
+        """A worker took a key that had waited this long in the queue."""
+
+    def worked(self, queue: str, seconds: float) -> None:
+        """A worker finished a key after this long (done, retried or failed alike)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class _Delayed:
     when: float
@@ -119,6 +151,7 @@ class WorkQueue(Generic[K]):
         backoff_start: float = 1.0,
         backoff_max: float = 300.0,
         on_depth: Callable[[str, int], None] | None = None,
+        observer: QueueObserver | None = None,
         clock: Clock | None = None,  # for tests; the running loop otherwise
     ) -> None:
         if workers < 1:
@@ -131,10 +164,13 @@ class WorkQueue(Generic[K]):
         self.backoff_max = backoff_max
         self._process = process
         self._on_depth = on_depth
+        self._observer = observer
         self._clock = clock
 
-        # An OrderedDict is a FIFO with O(1) removal by key (for `discard`).
-        self._queue: collections.OrderedDict[K, None] = collections.OrderedDict()
+        # An OrderedDict is a FIFO with O(1) removal by key (for `discard`); the values are
+        # when each key was queued (monotonic seconds; 0.0 without an observer).
+        self._queue: collections.OrderedDict[K, float] = collections.OrderedDict()
+        self._started: dict[K, float] = {}  # in flight, since when (only with an observer)
         self._dirty: set[K] = set()  # queued, or re-added while processing
         self._processing: set[K] = set()
         self._discarded: set[K] = set()  # processing now, and its outcome must be dropped
@@ -175,6 +211,10 @@ class WorkQueue(Generic[K]):
         """Consecutive `RETRY` outcomes (and exceptions) of the key since its last `DONE`."""
         return self._failures.get(key, 0)
 
+    def processing_since(self) -> list[float]:
+        """When each run in flight started (`time.monotonic()`); empty without an observer."""
+        return list(self._started.values())
+
     # -- adding and removing -----------------------------------------------------------------
 
     def add(self, key: K) -> None:
@@ -197,6 +237,8 @@ class WorkQueue(Generic[K]):
             return
         if self._closed:
             return
+        if self._observer is not None:
+            self._observer.retried(self.name)
         if delay <= 0:
             self.add(key)
             return
@@ -243,7 +285,11 @@ class WorkQueue(Generic[K]):
         return True
 
     def _push(self, key: K) -> None:
-        self._queue[key] = None
+        if self._observer is None:
+            self._queue[key] = 0.0
+        else:
+            self._queue[key] = time.monotonic()
+            self._observer.added(self.name)
         self._available.release()
         self._depth_changed()
         self._notify()
@@ -266,11 +312,15 @@ class WorkQueue(Generic[K]):
             await self._available.acquire()
             if not self._queue:
                 continue  # a stale token of a discarded key
-            key, _ = self._queue.popitem(last=False)
+            key, queued_at = self._queue.popitem(last=False)
             self._dirty.discard(key)
             self._processing.add(key)
             self._depth_changed()
             self._busy.add(task)
+            observer = self._observer
+            if observer is not None:
+                started = self._started[key] = time.monotonic()
+                observer.waited(self.name, started - queued_at)
             try:
                 outcome = await self._run(key)
             except asyncio.CancelledError:
@@ -281,6 +331,10 @@ class WorkQueue(Generic[K]):
                 raise
             finally:
                 self._busy.discard(task)
+                if observer is not None:
+                    self._started.pop(key, None)
+            if observer is not None:
+                observer.worked(self.name, time.monotonic() - started)
             self._finish(key, outcome)
 
     async def _run(self, key: K) -> Outcome:
@@ -333,6 +387,8 @@ class WorkQueue(Generic[K]):
             raise RuntimeError(f"work queue {self.name!r} cannot start twice")
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
+        if self._observer is not None:
+            self._observer.started(self)
         self._tasks = [
             asyncio.create_task(self._worker(), name=f"{self.name}-worker-{index}")
             for index in range(self.workers)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import signal
 import time
 from typing import Any
 
 import kopf
+import structlog
 
-from kopf_csi import kube
+from kopf_csi import kube, leadership
 from kopf_csi.caches import Caches
 from kopf_csi.settings import Settings
 
@@ -22,7 +25,12 @@ __all__ = [
     "caches_from_memo",
     "configure_kopf",
     "connection_info",
+    "lead",
+    "request_stop",
     "settings_from_memo",
+    "startup_handler_ids",
+    "stop_work",
+    "is_standby",
     "wait_for_driver",
 ]
 
@@ -49,6 +57,9 @@ def configure_kopf(settings: kopf.OperatorSettings, *, registry: Any = None) -> 
         prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration"
     )
     settings.persistence.finalizer = f"{ANNOTATIONS_PREFIX}/finalizer"
+    # Paginated LISTs when a watch starts: one page of objects in memory at a time, not a
+    # whole cluster's worth of PVs parsed at once (the start-up peak, docs/benchmarks.md).
+    settings.watching.chunk_size = kube.LIST_PAGE_SIZE
     settings.posting.level = 20  # INFO: Normal events too, not only warnings
 
 
@@ -77,10 +88,19 @@ def caches_from_memo(memo: Any) -> Caches:
 
 
 async def wait_for_driver(memo: Any, *, timeout: float) -> None:
-    """Let a controller's start-up wait for `lifecycle.connect` (kopf runs them concurrently)."""
+    """Let a controller's start-up wait for `lifecycle.connect`, or fail at once if it failed.
+
+    A standby replica (leader election) waits for as long as another replica leads: the
+    timeout counts only while it is not waiting for its Leases.
+    """
     deadline = time.monotonic() + timeout
     while getattr(memo, "driver", None) is None:
-        if time.monotonic() > deadline:
+        failed = getattr(memo, "connect_error", None)
+        if failed is not None:
+            raise kopf.PermanentError(f"not started, lifecycle.connect failed: {failed}")
+        if is_standby(memo):
+            deadline = time.monotonic() + timeout
+        elif time.monotonic() > deadline:
             raise kopf.PermanentError(
                 f"the CSI driver was not connected within {timeout:g}s: load handlers.lifecycle"
             )
@@ -103,3 +123,94 @@ def _has_change_handlers(registry: Any) -> bool:
         registry = kopf.get_default_registry()
     changing = getattr(registry, "_changing", None)
     return changing is None or bool(changing.get_all_handlers())
+
+
+# -- leader election ---------------------------------------------------------------------------
+
+_log = structlog.get_logger("kopf_csi.runtime")
+
+
+def is_standby(memo: Any) -> bool:
+    """Leader election is on, and another replica leads: connected, waiting for the Leases."""
+    elector = getattr(memo, "leadership", None)
+    return elector is not None and not elector.is_leader and elector.lost is None
+
+
+def startup_handler_ids(memo: Any) -> frozenset[str]:
+    """The ids of the loaded start-up handlers: which controllers run (kopf private API)."""
+    registry = getattr(memo, "registry", None) or kopf.get_default_registry()
+    handlers = registry._activities.get_all_handlers()
+    return frozenset(str(h.id) for h in handlers if getattr(h.activity, "value", None) == "startup")
+
+
+async def lead(memo: Any, *, driver_name: str) -> None:
+    """`--leader-election`: return once this replica holds the Lease of every role it runs.
+
+    Called by `lifecycle.connect` before the caches are primed and `memo.driver` is set, so no
+    controller starts (and kopf starts no watch) while another replica leads. It puts into the
+    memo: `leadership` (the `leadership.Elector`, or None when leader election is off),
+    `health_checks["leader-election"]`, and the Elector's `stop` as the first of the
+    `stoppers`, so the Leases are released only once every controller has stopped.
+    """
+    settings = settings_from_memo(memo)
+    memo.leadership = None
+    config = settings.leader_election
+    if not config.enabled:
+        return
+    roles = leadership.roles_for(startup_handler_ids(memo), settings)
+    if not roles:
+        _log.info("leader_election_skipped", reason="no controller module is loaded")
+        return
+
+    async def on_lost(reason: str) -> None:
+        await stop_work(memo)
+        request_stop(memo, f"leader election lost: {reason}")
+
+    try:
+        elector = leadership.Elector(
+            memo.api,
+            leases=[role.lease_name(driver_name) for role in roles],
+            namespace=config.namespace or settings.kube.namespace,
+            identity=leadership.default_identity(config.identity),
+            config=config,
+            on_lost=on_lost,
+            observers=_leader_gauges(memo),
+        )
+    except ValueError as exc:
+        raise kopf.PermanentError(f"leader election cannot start: {exc}") from exc
+    memo.leadership = elector
+    if getattr(memo, "health_checks", None) is None:
+        memo.health_checks = {}
+    memo.health_checks["leader-election"] = elector.check
+    memo.stoppers.insert(0, elector.stop)  # stoppers run in reverse: this one last
+    await elector.acquire()
+    elector.start()
+
+
+def _leader_gauges(memo: Any) -> list[Any]:
+    """`memo.metrics.leader(lease, leading)`, if present: `leader_election_master_status`."""
+    gauge = getattr(getattr(memo, "metrics", None), "leader", None)
+    return [gauge] if callable(gauge) else []
+
+
+async def stop_work(memo: Any) -> None:
+    """Run the controllers' stoppers (last registered first), once: queues, loops, journal."""
+    stoppers = list(getattr(memo, "stoppers", None) or ())
+    if stoppers:
+        memo.stoppers.clear()  # `lifecycle.disconnect` then finds nothing left to stop
+    for stop in reversed(stoppers):
+        try:
+            await stop()
+        except Exception as exc:
+            _log.warning("controller_stop_failed", error=str(exc))
+
+
+def request_stop(memo: Any, reason: str) -> None:
+    """Stop the operator from inside: through the runner's `memo.stop_operator(reason)` if it
+    put one there (the CLI, `OperatorThread`), else by SIGTERM to our own process, on which
+    kopf stops gracefully (the Go sidecars exit with an error instead)."""
+    stop = getattr(memo, "stop_operator", None)
+    if callable(stop):
+        stop(reason)
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)

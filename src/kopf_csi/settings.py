@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 
 from kopf_csi.attaching.options import AttacherOptions, HealthMonitorOptions
 from kopf_csi.provisioning.options import ProvisionerOptions
+from kopf_csi.resizing.options import ResizerOptions
+from kopf_csi.snapshotting.options import SnapshotterOptions
 
 __all__ = [
     "AttacherOptions",
@@ -25,8 +28,10 @@ __all__ = [
     "KubeSettings",
     "LeaderElectionSettings",
     "ProvisionerOptions",
+    "ResizerOptions",
     "Settings",
     "SettingsError",
+    "SnapshotterOptions",
     "WorkerSettings",
 ]
 
@@ -35,32 +40,59 @@ class SettingsError(ValueError):
     """A setting has a value we cannot use; the message names the setting and the value."""
 
 
+LEADER_ELECTION_JITTER = 1.2
+"""client-go's leaderelection.JitterFactor: retries come up to 1.2 retry periods apart."""
+
+_ENDPOINT = re.compile(r"(?:[^\s:/]*|\[[0-9a-fA-F:.]+\]):\d{1,5}")
+"""Go's net.Listen address: `:8080`, `0.0.0.0:8080`, `localhost:8080`, `[::]:8080`."""
+
+
+def _require_positive(group: object, *fields: str) -> None:
+    for name in fields:
+        value = getattr(group, name)
+        if not value > 0:  # also refuses NaN
+            raise ValueError(f"{name.replace('_', ' ')} must be more than zero, got {value:g}")
+
+
 @dataclasses.dataclass(frozen=True)
 class CSISettings:
     address: str = "/run/csi/socket"
-    """The driver's socket: `--csi-address` (a bare path or `unix://...`)."""
+    """`--csi-address`: the driver's socket, a bare path or `unix://<path>`."""
 
     timeout: float = 10.0
-    """Seconds allowed for each CSI call: `--timeout` (external-provisioner's code default)."""
+    """`--timeout`: how long each CSI call may take (external-provisioner's code default)."""
 
     connect_timeout: float = 30.0
-    """Seconds to wait at start-up for the driver to answer Probe with ready (csi-lib-utils)."""
+    """How long to wait at start-up for the driver to be ready (csi-lib-utils' dial timeout)."""
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "timeout", "connect_timeout")
+        if not self.address:
+            raise ValueError("the CSI address cannot be empty")
+        if "://" in self.address and not self.address.startswith("unix://"):
+            raise ValueError(f"the CSI address must be a unix socket, not {self.address!r}")
 
 
 @dataclasses.dataclass(frozen=True)
 class KubeSettings:
     kubeconfig: pathlib.Path | None = None
-    """`--kubeconfig`; empty means in-cluster, then the usual kubeconfig locations."""
+    """`--kubeconfig`: the kubeconfig file; empty means in-cluster, then the usual locations."""
 
     namespace: str = "default"
-    """The operator's own namespace (`$POD_NAMESPACE`): its Lease and in-flight journal."""
+    """The operator's own namespace: where its Leases and its in-flight journal are."""
 
     qps: float = 100.0
-    """`--kube-api-qps`: our own API requests per second (the Go default, 5, caps provisioning
-    near 2 volumes/s; drivers raise it, so the default here is higher)."""
+    """`--kube-api-qps`: Kubernetes API requests per second, on average."""
 
     burst: int = 200
-    """`--kube-api-burst`: requests allowed at once above `qps` (Go: 10)."""
+    """`--kube-api-burst`: Kubernetes API requests allowed at once above the QPS."""
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "qps")
+        if self.burst < 1:
+            raise ValueError(f"the kube API burst must be at least 1, got {self.burst}")
+        if not self.namespace:
+            raise ValueError("the operator's namespace cannot be empty")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,37 +101,65 @@ class LeaderElectionSettings:
     """`--leader-election`: run active/passive; only the holder of the Leases works."""
 
     namespace: str | None = None
-    """`--leader-election-namespace`; empty means the operator's own namespace."""
+    """`--leader-election-namespace`: where the Leases are; empty means the own namespace."""
 
     lease_duration: float = 15.0
-    """`--leader-election-lease-duration`: seconds a Lease is valid without renewal (15s)."""
+    """`--leader-election-lease-duration`: how long a Lease is valid without renewal."""
 
     renew_deadline: float = 10.0
-    """`--leader-election-renew-deadline`: seconds the leader keeps trying to renew (10s)."""
+    """`--leader-election-renew-deadline`: how long the leader keeps trying to renew."""
 
     retry_period: float = 5.0
-    """`--leader-election-retry-period`: seconds between attempts to acquire or renew (5s)."""
+    """`--leader-election-retry-period`: the wait between attempts to acquire or renew."""
 
     identity: str = ""
     """This replica's name in the Lease's holderIdentity; empty means the host name."""
+
+    def __post_init__(self) -> None:
+        # client-go's leaderelection.NewLeaderElector refuses the same: the leader must give up
+        # before its Lease expires, and retry (with up to 1.2x jitter) before it gives up.
+        _require_positive(self, "lease_duration", "renew_deadline", "retry_period")
+        if self.lease_duration <= self.renew_deadline:
+            raise ValueError(
+                "the leader election lease duration must be more than the renew deadline"
+            )
+        if self.renew_deadline <= LEADER_ELECTION_JITTER * self.retry_period:
+            raise ValueError(
+                "the leader election renew deadline must be more than"
+                f" {LEADER_ELECTION_JITTER:g} x the retry period"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
 class HTTPSettings:
     endpoint: str = ""
-    """`--http-endpoint` (`:8080`, `0.0.0.0:8080`): metrics and health; empty means off."""
+    """`--http-endpoint`: where to serve metrics and health (`:8080`); empty means off."""
 
     metrics_path: str = "/metrics"
     """`--metrics-path`: where Prometheus scrapes the metrics on that endpoint."""
+
+    def __post_init__(self) -> None:
+        if self.endpoint and not _ENDPOINT.fullmatch(self.endpoint):
+            raise ValueError(
+                f"the HTTP endpoint must be [host]:port (like :8080), not {self.endpoint!r}"
+            )
+        if self.endpoint and int(self.endpoint.rpartition(":")[2]) > 65535:
+            raise ValueError(f"the HTTP endpoint's port is out of range: {self.endpoint!r}")
+        if not self.metrics_path.startswith("/"):
+            raise ValueError(f"the metrics path must start with /, not {self.metrics_path!r}")
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSettings:
     provisioner: int = 100
-    """Claims provisioned at once, and volumes deleted at once: `--worker-threads` (100)."""
+    """`--worker-threads`: claims provisioned at once, and volumes deleted at once."""
 
     attacher: int = 10
-    """external-attacher's `--worker-threads` (10): attaches at once, and detaches at once."""
+    """`--worker-threads` (external-attacher's): attaches at once, and detaches at once."""
+
+    def __post_init__(self) -> None:
+        if min(self.provisioner, self.attacher) < 1:
+            raise ValueError("worker counts must be at least 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,10 +168,13 @@ class CapacitySettings:
     """`--enable-capacity`: publish CSIStorageCapacity objects for the scheduler."""
 
     poll_interval: float = 60.0
-    """`--capacity-poll-interval`: seconds between GetCapacity rounds (1m)."""
+    """`--capacity-poll-interval`: the wait between rounds of GetCapacity calls."""
 
     for_immediate_binding: bool = False
     """`--capacity-for-immediate-binding`: publish for Immediate classes too."""
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "poll_interval")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +186,8 @@ class Settings:
     capacity: CapacitySettings = dataclasses.field(default_factory=CapacitySettings)
     attacher: AttacherOptions = dataclasses.field(default_factory=AttacherOptions)
     health: HealthMonitorOptions = dataclasses.field(default_factory=HealthMonitorOptions)
+    resizer: ResizerOptions = dataclasses.field(default_factory=ResizerOptions)
+    snapshotter: SnapshotterOptions = dataclasses.field(default_factory=SnapshotterOptions)
     leader_election: LeaderElectionSettings = dataclasses.field(
         default_factory=LeaderElectionSettings
     )
@@ -130,46 +195,13 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read `CSI_ADDRESS`, `CSI_TIMEOUT`, `CSI_CONNECT_TIMEOUT` and `KUBECONFIG`."""
-        env = os.environ if env is None else env
-        csi = CSISettings(
-            address=env.get("CSI_ADDRESS") or CSISettings.address,
-            timeout=_seconds(env, "CSI_TIMEOUT", CSISettings.timeout),
-            connect_timeout=_seconds(env, "CSI_CONNECT_TIMEOUT", CSISettings.connect_timeout),
-        )
-        kubeconfig = env.get("KUBECONFIG")
-        kube = KubeSettings(
-            kubeconfig=pathlib.Path(kubeconfig) if kubeconfig else None,
-            namespace=env.get("POD_NAMESPACE") or KubeSettings.namespace,
-        )
-        node_name = env.get("NODE_NAME", "")
-        try:
-            provisioner = ProvisionerOptions(
-                node_deployment=_flag(env, "NODE_DEPLOYMENT"), node_name=node_name
-            )
-        except ValueError as exc:
-            raise SettingsError(str(exc)) from None
-        return cls(csi=csi, kube=kube, provisioner=provisioner)
+        """Settings from the environment alone: what handler modules use under a bare `kopf run`.
 
+        The same table and parsers as `kopf-csi run` (`kopf_csi.flags`), without flags:
+        `KOPF_CSI_<FLAG>` for every setting, and `CSI_ADDRESS`, `CSI_TIMEOUT`,
+        `CSI_CONNECT_TIMEOUT`, `KUBECONFIG`, `POD_NAMESPACE`, `NODE_NAME`, `NODE_DEPLOYMENT`.
+        """
+        from kopf_csi import flags  # it reads this module's classes: imported late
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise SettingsError(f"{name}={env[name]!r} is not a boolean (true or false)")
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if not raw:
-        return default
-    text = raw.strip().removesuffix("s")
-    try:
-        value = float(text)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a duration in seconds (10 or 10s)") from None
-    if value <= 0:
-        raise SettingsError(f"{name}={raw!r} must be more than zero")
-    return value
+        settings: Settings = flags.resolve({}, os.environ if env is None else env).settings
+        return settings

@@ -93,3 +93,41 @@ async def test_cluster_scoped_kinds_have_no_namespace(
     listed = await storage.list_storage_class()
     assert [(sc.metadata.name, sc.metadata.namespace) for sc in listed.items] == [("fast", None)]
     assert cluster.get("storageclasses", None, "fast") is not None
+
+
+async def test_pages_with_limit_and_continue_show_one_snapshot(
+    cluster: EmulatedCluster, core: client.CoreV1Api
+) -> None:
+    for index in range(7):
+        cluster.create("configmaps", {"metadata": {"name": f"cm-{index}"}}, namespace="ns1")
+    first = await core.list_namespaced_config_map("ns1", limit=3)
+    assert [item.metadata.name for item in first.items] == ["cm-0", "cm-1", "cm-2"]
+    assert first.metadata.remaining_item_count == 4
+    cluster.create("configmaps", {"metadata": {"name": "cm-9"}}, namespace="ns1")  # not in it
+    cluster.delete("configmaps", "ns1", "cm-5")  # still in it: the snapshot is the first page's
+    second = await core.list_namespaced_config_map(
+        "ns1", limit=3, _continue=first.metadata._continue
+    )
+    third = await core.list_namespaced_config_map(
+        "ns1", limit=3, _continue=second.metadata._continue
+    )
+    assert [item.metadata.name for item in second.items] == ["cm-3", "cm-4", "cm-5"]
+    assert [item.metadata.name for item in third.items] == ["cm-6"]
+    assert not third.metadata._continue
+    assert second.metadata.resource_version == first.metadata.resource_version
+
+
+async def test_a_limit_above_the_count_gives_everything_and_no_token(
+    cluster: EmulatedCluster, core: client.CoreV1Api
+) -> None:
+    cluster.create("configmaps", {"metadata": {"name": "only"}}, namespace="ns1")
+    listed = await core.list_namespaced_config_map("ns1", limit=500)
+    assert [item.metadata.name for item in listed.items] == ["only"]
+    assert not listed.metadata._continue
+
+
+async def test_an_unknown_continue_token_is_gone(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as info:
+        await core.list_namespaced_config_map("ns1", limit=3, _continue="nosuch:3")
+    assert info.value.status == 410
+    assert "too old to display a consistent list result" in info.value.body

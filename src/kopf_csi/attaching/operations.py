@@ -13,7 +13,6 @@ does: the detach waits for the attach to finish, then reads the VA again.
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import contextlib
 import datetime
@@ -22,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from kopf_csi import kube, names
+from kopf_csi import kube, logs, names
 from kopf_csi.attaching import decisions, requests
 from kopf_csi.attaching.errors import AttachError, error_text, is_final
 from kopf_csi.attaching.options import AttacherOptions
@@ -110,7 +109,7 @@ class Attacher:
             va = self.caches.attachments.get(name)
             if va is None or not decisions.is_ours(va, self.driver.name):
                 return DONE
-            with structlog.contextvars.bound_contextvars(kind="VolumeAttachment", name=name):
+            with logs.bound_object(va, kind="VolumeAttachment"):
                 if self.trivial:
                     return await self._mark_trivially_attached(va)
                 if decisions.is_deleting(va):
@@ -211,7 +210,7 @@ class Attacher:
             self.force_sync.discard(name)
             if not forced and not decisions.has_finalizer(va, self.finalizer):
                 return DONE  # already detached
-            with structlog.contextvars.bound_contextvars(kind="VolumeAttachment", name=name):
+            with logs.bound_object(va, kind="VolumeAttachment"):
                 try:
                     await self._detach(va)
                 except (AttachError, CSIError) as exc:
@@ -249,6 +248,10 @@ class Attacher:
             try:
                 va = await self.api.patch(kube.VOLUME_ATTACHMENTS, name, patch, patch_type="json")
             except kube.NotFoundError:
+                # Gone: e.g. our earlier finalizer removal went through but its answer was
+                # lost, or it went while no watch saw it (a restart). A cached copy would keep
+                # its PV "still attached" for the provisioner forever (chaos suite).
+                self.caches.attachments.remove(va)
                 return
             if decisions.is_deleted(va):
                 self.caches.attachments.remove(va)
@@ -275,13 +278,13 @@ class Attacher:
             return DONE
         except kube.KubeError as exc:
             # 422: the finalizers changed since our read (#1217); retry with a fresh one.
-            log.warning("volume_finalizer_not_removed", volume=name, error=str(exc))
+            log.warning("volume_finalizer_not_removed", obj=pv, error=str(exc))
             return RETRY
         if decisions.is_deleted(updated):
             self.caches.volumes.remove(updated)
         else:
             self.caches.volumes.store(updated)
-        log.info("volume_finalizer_removed", volume=name)
+        log.info("volume_finalizer_removed", obj=pv)
         return DONE
 
     # -- reconciliation ------------------------------------------------------------------------
@@ -340,18 +343,24 @@ class Attacher:
             secret, error = None, exc.message
         else:
             error = names.MESSAGE_SECRET_NOT_FOUND.format(name=ref.name)
-        if secret is None:
-            message = names.MESSAGE_SECRET_LOAD_FAILED.format(
-                namespace=ref.namespace, name=ref.name, error=error
-            )
-            raise AttachError(message)
-        data = secret.get("data") or {}
-        return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
+        if secret is not None:
+            try:
+                return kube.decode_secret_data(secret)
+            except ValueError as exc:
+                error = str(exc)
+        message = names.MESSAGE_SECRET_LOAD_FAILED.format(
+            namespace=ref.namespace, name=ref.name, error=error
+        )
+        raise AttachError(message)
 
     async def _patch_status(self, va: Body, patch: Mapping[str, Any]) -> None:
-        updated = await self.api.patch(
-            kube.VOLUME_ATTACHMENTS, va["metadata"]["name"], patch, subresource="status"
-        )
+        try:
+            updated = await self.api.patch(
+                kube.VOLUME_ATTACHMENTS, va["metadata"]["name"], patch, subresource="status"
+            )
+        except kube.NotFoundError:
+            self.caches.attachments.remove(va)  # gone: never keep a ghost (see _mark_detached)
+            raise
         self.caches.attachments.store(updated)
 
     async def _save_error(self, va: Body, field: str, error: BaseException) -> None:

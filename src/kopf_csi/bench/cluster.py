@@ -97,7 +97,7 @@ class MeasuredCluster(EmulatedCluster):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.requests: collections.Counter[RequestKey] = collections.Counter()
+        self.request_counts: collections.Counter[RequestKey] = collections.Counter()
         self.errors: collections.Counter[tuple[str, str, str, int]] = collections.Counter()
         self.timeline = Timeline()
         self.clients: dict[str, int] = {"bench": os.getpid()}
@@ -114,7 +114,11 @@ class MeasuredCluster(EmulatedCluster):
     def counts(self, client: str = "operator") -> collections.Counter[tuple[str, str]]:
         """(verb, resource) -> requests so far, for one client."""
         return collections.Counter(
-            {(verb, plural): n for (who, verb, plural), n in self.requests.items() if who == client}
+            {
+                (verb, plural): n
+                for (who, verb, plural), n in self.request_counts.items()
+                if who == client
+            }
         )
 
     def error_counts(self, client: str = "operator") -> collections.Counter[str]:
@@ -135,7 +139,7 @@ class MeasuredCluster(EmulatedCluster):
             plural = target.plural + (f"/{target.subresource}" if target.subresource else "")
             verb = emulator._verb(request.method, target, request.query) or request.method
         client = self._client(request)
-        self.requests[(client, verb, plural)] += 1
+        self.request_counts[(client, verb, plural)] += 1
         response = await super()._on_request(request)
         if response.status >= 400:
             self.errors[(client, verb, plural, response.status)] += 1

@@ -305,7 +305,7 @@ def _config(options: Options, env: _Env, **extra: Any) -> dict[str, Any]:
 def _other_clients(cluster: MeasuredCluster) -> dict[str, int]:
     return {
         f"{client} {verb} {resource}": n
-        for (client, verb, resource), n in sorted(cluster.requests.items())
+        for (client, verb, resource), n in sorted(cluster.request_counts.items())
         if client != "operator"
     }
 

@@ -384,6 +384,8 @@ def _translated(method: str, timeout: float, request: betterproto2.Message) -> A
     except GRPCError as exc:
         code = _code(exc.status)
         text = scrub(exc.message or code.name, secrets)
+        if secrets:  # the driver's text may echo a secret: scrub the chained cause too
+            exc.message, exc.details, exc.args = text, None, (exc.status, text, None)
         if code is Code.DEADLINE_EXCEEDED:
             raise CSITimeoutError(
                 f"timed out after {timeout:g}s: {text}", method=method, driver_message=text

@@ -12,6 +12,7 @@ Modules, outermost first:
 
 - `__main__`: the command line; `running`: `Driver`, `running_driver()`;
 - `calls`: faults, logging and error mapping around every RPC; `faults`: the fault rules;
+- `calllog`: what each volume-changing call did (created or found, deleted, published);
 - `identity`, `controller`, `node`: the servicers (messages in and out);
 - `volumes`, `snapshots`: the operations on records; `backend`: what they share;
 - `attachments`, `capabilities`, `capacity`, `topology`, `paging`, `secrets`: pure rules;
@@ -24,12 +25,15 @@ Only `kopf_csi.csi.serving` touches grpclib.
 
 from __future__ import annotations
 
+from kopf_csi.driver.calllog import CallLog, CallRecord
 from kopf_csi.driver.config import DriverConfig, Features, Limits, SecretsPolicy
 from kopf_csi.driver.errors import DriverError
 from kopf_csi.driver.faults import FaultRule, Faults
 from kopf_csi.driver.running import Driver, running_driver
 
 __all__ = [
+    "CallLog",
+    "CallRecord",
     "Driver",
     "DriverConfig",
     "DriverError",

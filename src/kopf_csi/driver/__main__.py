@@ -19,6 +19,7 @@ from typing import Any
 
 from kopf_csi import logs
 from kopf_csi.driver import secrets
+from kopf_csi.driver.calllog import CallLog
 from kopf_csi.driver.config import (
     DEFAULT_NAME,
     DEFAULT_TOPOLOGY_KEY,
@@ -115,6 +116,9 @@ def _build_parser() -> argparse.ArgumentParser:
     faults = parser.add_argument_group("fault injection")
     faults.add_argument("--faults-file", type=pathlib.Path, help="JSON rules, re-read on change")
     faults.add_argument("--faults-seed", type=int, help="seed for fractional faults")
+    faults.add_argument(
+        "--call-log", type=pathlib.Path, help="append what each volume call did (JSON lines)"
+    )
 
     other = parser.add_argument_group("process")
     other.add_argument(
@@ -167,13 +171,20 @@ def parse_args(argv: Sequence[str]) -> tuple[DriverConfig, pathlib.Path, argpars
     return config, socket_path, args
 
 
-async def run(config: DriverConfig, *, socket_path: pathlib.Path, grace: float) -> None:
+async def run(
+    config: DriverConfig,
+    *,
+    socket_path: pathlib.Path,
+    grace: float,
+    call_log: pathlib.Path | None = None,
+) -> None:
     """Serve until SIGTERM or SIGINT, then stop gracefully."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    driver = Driver(config, socket_path=socket_path)
+    calls = None if call_log is None else CallLog(path=call_log)
+    driver = Driver(config, socket_path=socket_path, calls=calls)
     await driver.start()
     try:
         await stop.wait()
@@ -185,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     config, socket_path, args = parse_args(sys.argv[1:] if argv is None else argv)
     json_lines = args.log_format == "json" or (args.log_format is None and not sys.stderr.isatty())
     logs.configure(level=args.log_level, json=json_lines)
-    asyncio.run(run(config, socket_path=socket_path, grace=args.grace))
+    asyncio.run(run(config, socket_path=socket_path, grace=args.grace, call_log=args.call_log))
 
 
 if __name__ == "__main__":

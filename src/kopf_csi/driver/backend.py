@@ -14,6 +14,7 @@ import structlog
 
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import capacity, secrets
+from kopf_csi.driver.calllog import CallLog, Outcome
 from kopf_csi.driver.config import DriverConfig
 from kopf_csi.driver.errors import DriverError
 from kopf_csi.driver.faults import Faults
@@ -29,9 +30,12 @@ logger = structlog.get_logger("kopf_csi.driver")
 class Backend:
     """The state of one driver instance, loaded from its data directory."""
 
-    def __init__(self, config: DriverConfig, *, faults: Faults) -> None:
+    def __init__(
+        self, config: DriverConfig, *, faults: Faults, calls: CallLog | None = None
+    ) -> None:
         self.config = config
         self.faults = faults
+        self.calls = calls
         self.storage = Storage(config.data_dir)
         self.storage.prepare()
         self.state = State.load(config.data_dir, durable=config.durable)
@@ -81,6 +85,13 @@ class Backend:
 
     def attached_to(self, node_id: str) -> int:
         return sum(1 for v in self.state.volumes.values() if node_id in v.attachments)
+
+    def record(
+        self, method: str, outcome: Outcome, *, volume_id: str, name: str = "", node_id: str = ""
+    ) -> None:
+        """Tell the call log (if any) what a successful call did (see `calllog`)."""
+        if self.calls is not None:
+            self.calls.record(method, outcome, volume_id=volume_id, name=name, node_id=node_id)
 
     def require_feature(self, enabled: bool, method: str) -> None:
         """UNIMPLEMENTED for an RPC whose feature is switched off (it is not advertised)."""

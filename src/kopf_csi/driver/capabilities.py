@@ -49,7 +49,9 @@ def plugin_services(features: Features) -> list[str]:
 
 def volume_expansion(features: Features) -> list[str]:
     """PluginCapability.VolumeExpansion types: directories grow while in use."""
-    return ["ONLINE"] if features.expansion else []
+    if not features.expansion:
+        return []
+    return ["ONLINE"] if features.online_expansion else ["OFFLINE"]
 
 
 def controller_capabilities(features: Features) -> list[str]:
@@ -60,17 +62,17 @@ def controller_capabilities(features: Features) -> list[str]:
         "LIST_VOLUMES": features.list_volumes,
         "GET_CAPACITY": features.capacity,
         "CREATE_DELETE_SNAPSHOT": features.snapshots,
-        "LIST_SNAPSHOTS": features.snapshots,
+        "LIST_SNAPSHOTS": features.snapshots and features.list_snapshots,
         "CLONE_VOLUME": features.clone,
         # The spec ties both to controller publishing: without it they would be a lie.
         "PUBLISH_READONLY": features.attach and features.publish_readonly,
-        "EXPAND_VOLUME": features.expansion,
+        "EXPAND_VOLUME": features.expansion and features.controller_expansion,
         "LIST_VOLUMES_PUBLISHED_NODES": features.attach and features.published_nodes,
         "VOLUME_CONDITION": features.volume_condition,
         "GET_VOLUME": features.get_volume,
         "SINGLE_NODE_MULTI_WRITER": features.single_node_multi_writer,
         "MODIFY_VOLUME": features.modify,
-        "GET_SNAPSHOT": features.snapshots,
+        "GET_SNAPSHOT": features.snapshots and features.get_snapshot,
     }
     return [name for name, on in wanted.items() if on]
 

@@ -42,8 +42,21 @@ class Features:
     expansion: bool = True
     """EXPAND_VOLUME on the controller and the node, online expansion."""
 
+    controller_expansion: bool = True
+    """Controller EXPAND_VOLUME; off (with `expansion` on): the node alone grows volumes."""
+
+    online_expansion: bool = True
+    """VolumeExpansion ONLINE; off: OFFLINE, and ControllerExpandVolume of a volume published
+    to a node fails with FAILED_PRECONDITION ("volume in use", as the spec says)."""
+
     snapshots: bool = True
     """CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, GET_SNAPSHOT, and restoring from a snapshot."""
+
+    list_snapshots: bool = True
+    """LIST_SNAPSHOTS; advertised only together with `snapshots`."""
+
+    get_snapshot: bool = True
+    """GET_SNAPSHOT; advertised only together with `snapshots`."""
 
     clone: bool = True
     """CLONE_VOLUME: a volume as the content source of a new volume."""
@@ -141,6 +154,9 @@ class DriverConfig:
 
     faults_seed: int | None = None
     """Seed for fractional faults, for reproducible runs."""
+
+    snapshot_ready_after: float = 0.0
+    """Seconds after its creation before a snapshot reports `ready_to_use` (an upload phase)."""
 
     durable: bool = True
     """fsync each state record before renaming it into place; off trades safety for speed."""

@@ -23,7 +23,7 @@ from kopf_csi.driver.messages import (
     source_of,
     volume_message,
 )
-from kopf_csi.driver.records import Attachment, Volume
+from kopf_csi.driver.records import Attachment, Snapshot, Volume
 
 __all__ = ["ControllerServicer"]
 
@@ -54,7 +54,8 @@ class ControllerServicer(csi.ControllerBase):
             requisite=requisite,
         )
         volume = await volumes.create_volume(self.backend, request)
-        return csi.CreateVolumeResponse(volume=self._volume(volume))
+        response = csi.CreateVolumeResponse(volume=self._volume(volume))
+        return self.backend.faults.response("CreateVolume", response)
 
     async def delete_volume(self, message: csi.DeleteVolumeRequest) -> csi.DeleteVolumeResponse:
         self.backend.check_secrets("DeleteVolume", message.secrets)
@@ -76,7 +77,8 @@ class ControllerServicer(csi.ControllerBase):
         await volumes.attach_volume(self.backend, volume_id, node_id=node_id, attachment=attachment)
         # Static and safe to cache, as the spec demands of a publish context.
         device = str(self.backend.storage.volume_path(volume_id))
-        return csi.ControllerPublishVolumeResponse(publish_context={"devicePath": device})
+        response = csi.ControllerPublishVolumeResponse(publish_context={"devicePath": device})
+        return self.backend.faults.response("ControllerPublishVolume", response)
 
     async def controller_unpublish_volume(
         self, message: csi.ControllerUnpublishVolumeRequest
@@ -155,7 +157,10 @@ class ControllerServicer(csi.ControllerBase):
         self, message: csi.ControllerExpandVolumeRequest
     ) -> csi.ControllerExpandVolumeResponse:
         config = self.backend.config
-        self.backend.require_feature(config.features.expansion, "ControllerExpandVolume")
+        features = config.features
+        self.backend.require_feature(
+            features.expansion and features.controller_expansion, "ControllerExpandVolume"
+        )
         self.backend.check_secrets("ControllerExpandVolume", message.secrets)
         volume_id = require(message.volume_id, "volume_id")
         if message.capacity_range is None:
@@ -165,7 +170,12 @@ class ControllerServicer(csi.ControllerBase):
         if message.volume_capability is not None:
             block = capability_of(message.volume_capability, field="volume_capability").block
         volume = await volumes.expand_volume(
-            self.backend, volume_id, required=required, limit=limit, block=block
+            self.backend,
+            volume_id,
+            required=required,
+            limit=limit,
+            block=block,
+            offline=not features.online_expansion,
         )
         # A directory needs no filesystem resize, but a mount volume's node-side size is what
         # NodeExpandVolume records: ask for it, as a real filesystem would.
@@ -235,7 +245,7 @@ class ControllerServicer(csi.ControllerBase):
             source_volume_id=message.source_volume_id,
             parameters=message.parameters,
         )
-        return csi.CreateSnapshotResponse(snapshot=snapshot_message(snapshot))
+        return csi.CreateSnapshotResponse(snapshot=self._snapshot_message(snapshot))
 
     async def delete_snapshot(
         self, message: csi.DeleteSnapshotRequest
@@ -246,7 +256,10 @@ class ControllerServicer(csi.ControllerBase):
         return csi.DeleteSnapshotResponse()
 
     async def list_snapshots(self, message: csi.ListSnapshotsRequest) -> csi.ListSnapshotsResponse:
-        self.backend.require_feature(self.backend.config.features.snapshots, "ListSnapshots")
+        features = self.backend.config.features
+        self.backend.require_feature(
+            features.snapshots and features.list_snapshots, "ListSnapshots"
+        )
         self.backend.check_secrets("ListSnapshots", message.secrets)
         found = self.backend.state.sorted_snapshots()
         if message.snapshot_id:
@@ -256,16 +269,22 @@ class ControllerServicer(csi.ControllerBase):
         items, next_token = paging.page(
             found, starting_token=message.starting_token, max_entries=message.max_entries
         )
-        entries = [csi.ListSnapshotsResponseEntry(snapshot=snapshot_message(s)) for s in items]
+        entries = [
+            csi.ListSnapshotsResponseEntry(snapshot=self._snapshot_message(s)) for s in items
+        ]
         return csi.ListSnapshotsResponse(entries=entries, next_token=next_token)
 
     async def get_snapshot(self, message: csi.GetSnapshotRequest) -> csi.GetSnapshotResponse:
-        self.backend.require_feature(self.backend.config.features.snapshots, "GetSnapshot")
+        features = self.backend.config.features
+        self.backend.require_feature(features.snapshots and features.get_snapshot, "GetSnapshot")
         self.backend.check_secrets("GetSnapshot", message.secrets)
         snapshot = self.backend.snapshot(require(message.snapshot_id, "snapshot_id"))
-        return csi.GetSnapshotResponse(snapshot=snapshot_message(snapshot))
+        return csi.GetSnapshotResponse(snapshot=self._snapshot_message(snapshot))
 
     # Helpers.
+
+    def _snapshot_message(self, snapshot: Snapshot) -> csi.Snapshot:
+        return snapshot_message(snapshot, ready_after=self.backend.config.snapshot_ready_after)
 
     def _volume(self, volume: Volume) -> csi.Volume:
         return volume_message(volume, topology_key=self.backend.topology_key)

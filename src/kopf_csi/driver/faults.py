@@ -4,7 +4,9 @@ Two sources of rules, consulted in this order on every call:
 
 - in-process: `driver.faults.fail("CreateVolume", Code.UNAVAILABLE, times=2)`, `.delay(...)`,
   `.hang(...)`, `.add(FaultRule(...))`, `.clear()`; plus `.set_ready(False)` (Probe answers not
-  ready) and `.mark_abnormal(volume_id, "message")` (the volume's condition turns abnormal);
+  ready), `.mark_abnormal(volume_id, "message")` (the volume's condition turns abnormal) and
+  `.respond("CreateVolume", mutate, times=1)` (a nonsense answer: `mutate` gets the response
+  message the driver built, after the work was done, and returns the one to send instead);
 - a JSON file (`--faults-file`), re-read whenever its mtime, size or inode changes (checked at
   each call, one stat). Write it atomically (write elsewhere, then rename) so that the driver
   never reads half a file; an invalid file is logged and ignored, the previous rules stay::
@@ -36,16 +38,18 @@ import json
 import os
 import pathlib
 import random
-from collections.abc import Mapping
-from typing import Any
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import structlog
 
 from kopf_csi.csi.codes import Code
 
-__all__ = ["FaultRule", "Faults", "Plan", "parse_faults"]
+__all__ = ["FaultRule", "Faults", "Plan", "ResponseRule", "parse_faults"]
 
 logger = structlog.get_logger("kopf_csi.driver")
+_T = TypeVar("_T")
 
 RULE_KEYS = frozenset({"method", "latency", "code", "message", "hang", "times", "fraction"})
 FILE_KEYS = frozenset({"rules", "ready", "abnormal"})
@@ -83,6 +87,20 @@ class FaultRule:
         return fnmatch.fnmatchcase(method, self.method)
 
 
+@dataclasses.dataclass(kw_only=True, eq=False)
+class ResponseRule:
+    """Replace a successful answer: `mutate(response)` is sent instead (in-process only)."""
+
+    method: str
+    mutate: Callable[[Any], Any]
+    times: int | None = None
+    """How many more answers this rule changes; None: all of them."""
+
+    def __post_init__(self) -> None:
+        if self.times is not None and self.times < 1:
+            raise ValueError("times must be at least 1 (or None for every call)")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Plan:
     """What to do to one call."""
@@ -109,6 +127,7 @@ class Faults:
         self.path = path
         self._random = random.Random(seed)
         self._rules: list[FaultRule] = []
+        self._responders: list[ResponseRule] = []
         self._ready = True
         self._abnormal: dict[str, str] = {}
         self._file = FileFaults(rules=[])
@@ -141,13 +160,22 @@ class Faults:
     def hang(self, method: str, *, times: int | None = None, fraction: float = 1.0) -> FaultRule:
         return self.add(FaultRule(method=method, hang=True, times=times, fraction=fraction))
 
-    def remove(self, rule: FaultRule) -> None:
-        if rule in self._rules:
-            self._rules.remove(rule)
+    def respond(
+        self, method: str, mutate: Callable[[Any], Any], *, times: int | None = None
+    ) -> ResponseRule:
+        rule = ResponseRule(method=method, mutate=mutate, times=times)
+        self._responders.append(rule)
+        return rule
+
+    def remove(self, rule: FaultRule | ResponseRule) -> None:
+        for rules in (self._rules, self._responders):
+            if rule in rules:
+                rules.remove(rule)  # type: ignore[arg-type]
 
     def clear(self) -> None:
         """Forget the in-process rules, readiness and conditions (not the file's)."""
         self._rules.clear()
+        self._responders.clear()
         self._ready = True
         self._abnormal.clear()
 
@@ -201,6 +229,17 @@ class Faults:
         if outcome is None:
             return Plan(latency=latency)
         return Plan(latency=latency, code=outcome.code, message=outcome.message, hang=outcome.hang)
+
+    def response(self, method: str, response: _T) -> _T:
+        """The answer to send for a successful call: mutated by each matching rule, in order."""
+        for rule in list(self._responders):
+            if fnmatch.fnmatchcase(method, rule.method):
+                response = typing.cast(_T, rule.mutate(response))
+                if rule.times is not None:
+                    rule.times -= 1
+                    if rule.times <= 0:
+                        self._responders.remove(rule)
+        return response
 
     def refresh(self) -> None:
         """Re-read the faults file if it changed since the last look."""

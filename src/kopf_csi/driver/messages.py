@@ -8,6 +8,7 @@ conditions become messages. No decisions here beyond "is this field well-formed"
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Mapping, Sequence
 
 import betterproto2
@@ -123,13 +124,15 @@ def volume_message(volume: Volume, *, topology_key: str | None) -> csi.Volume:
     )
 
 
-def snapshot_message(snapshot: Snapshot) -> csi.Snapshot:
+def snapshot_message(snapshot: Snapshot, *, ready_after: float = 0.0) -> csi.Snapshot:
+    """A copy is ready the moment it exists, unless the config pretends an upload phase."""
+    ready = ready_after <= 0 or time.time() >= snapshot.created_at + ready_after
     return csi.Snapshot(
         snapshot_id=snapshot.snapshot_id,
         source_volume_id=snapshot.source_volume_id,
         size_bytes=snapshot.size,
         creation_time=datetime.datetime.fromtimestamp(snapshot.created_at, tz=datetime.UTC),
-        ready_to_use=True,  # a copy: ready the moment it exists
+        ready_to_use=ready,
     )
 
 

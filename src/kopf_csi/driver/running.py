@@ -20,6 +20,7 @@ import structlog
 
 from kopf_csi.csi import serving
 from kopf_csi.driver.backend import Backend
+from kopf_csi.driver.calllog import CallLog
 from kopf_csi.driver.calls import CallWrapper
 from kopf_csi.driver.config import DriverConfig
 from kopf_csi.driver.controller import ControllerServicer
@@ -42,10 +43,13 @@ class Driver:
         *,
         socket_path: str | os.PathLike[str],
         faults: Faults | None = None,
+        calls: CallLog | None = None,
     ) -> None:
         self.config = config
         self.socket_path = pathlib.Path(socket_path)
         self.faults = faults or Faults(path=config.faults_file, seed=config.faults_seed)
+        self.calls = calls
+        """What each volume-changing call did, across restarts (`calllog`); None: not kept."""
         self._backend: Backend | None = None
         self._serving: serving.Serving | None = None
         self._calls: CallWrapper | None = None
@@ -67,7 +71,7 @@ class Driver:
     async def start(self) -> None:
         if self._serving is not None:
             raise RuntimeError("the driver is already running")
-        backend = Backend(self.config, faults=self.faults)
+        backend = Backend(self.config, faults=self.faults, calls=self.calls)
         calls = CallWrapper(self.faults)
         servicers = [
             IdentityServicer(backend),
@@ -109,10 +113,11 @@ async def running_driver(
     *,
     socket_path: str | os.PathLike[str],
     faults: Faults | None = None,
+    calls: CallLog | None = None,
     grace: float = 5.0,
 ) -> AsyncIterator[Driver]:
     """A started driver, stopped on exit."""
-    driver = Driver(config, socket_path=socket_path, faults=faults)
+    driver = Driver(config, socket_path=socket_path, faults=faults, calls=calls)
     await driver.start()
     try:
         yield driver

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import attachments, capabilities, capacity, topology
 from kopf_csi.driver.backend import Backend
+from kopf_csi.driver.calllog import Outcome
 from kopf_csi.driver.errors import DriverError
 from kopf_csi.driver.records import Attachment, Capability, Source, Volume
 
@@ -60,6 +61,9 @@ async def create_volume(backend: Backend, request: VolumeRequest) -> Volume:
         existing = backend.state.volume_named(request.name)
         if existing is not None:
             _check_compatible(existing, request, block=block, key=config.topology_key)
+            backend.record(
+                "CreateVolume", "existing", volume_id=existing.volume_id, name=request.name
+            )
             return existing
         minimum, content = _content_source(backend, request.source, block=block)
         size, node = _place(backend, request, minimum=minimum)
@@ -82,6 +86,7 @@ async def create_volume(backend: Backend, request: VolumeRequest) -> Volume:
                 backend.storage.copy_volume, content, volume.volume_id, block=block, size=size
             )
         backend.state.save_volume(volume)
+        backend.record("CreateVolume", "created", volume_id=volume.volume_id, name=request.name)
         return volume
 
 
@@ -171,6 +176,7 @@ async def delete_volume(backend: Backend, volume_id: str) -> None:
         if volume is None:
             # Never touch the disk for an id we have no record of: it comes from the request.
             # Content left by a crash without its record is removed at the next start.
+            backend.record("DeleteVolume", "absent", volume_id=volume_id)
             return
         if volume.is_in_use:
             raise DriverError(
@@ -179,16 +185,33 @@ async def delete_volume(backend: Backend, volume_id: str) -> None:
             )
         # The record first: a crash after it leaves orphaned content, removed at the next start.
         backend.state.remove_volume(volume_id)
+        backend.record("DeleteVolume", "deleted", volume_id=volume_id, name=volume.name)
         await asyncio.to_thread(backend.storage.remove_volume, volume_id)
 
 
 async def expand_volume(
-    backend: Backend, volume_id: str, *, required: int, limit: int, block: bool | None
+    backend: Backend,
+    volume_id: str,
+    *,
+    required: int,
+    limit: int,
+    block: bool | None,
+    offline: bool = False,
 ) -> Volume:
-    """Grow a volume (never shrink it); the result says whether the node must grow its fs."""
+    """Grow a volume (never shrink it); the result says whether the node must grow its fs.
+
+    `offline`: the plugin has only OFFLINE expansion, so a volume published to a node is
+    refused with FAILED_PRECONDITION (the spec's "volume in use").
+    """
     config = backend.config
     async with backend.lock:
         volume = backend.volume(volume_id)
+        if offline and volume.attachments and required > volume.size:
+            nodes = ", ".join(sorted(volume.attachments))
+            raise DriverError(
+                Code.FAILED_PRECONDITION,
+                f"volume {volume_id} is published to {nodes}; it can only be expanded offline",
+            )
         if block is not None and block != volume.block:
             raise DriverError(Code.INVALID_ARGUMENT, f"volume {volume_id} has another access type")
         if required <= volume.size:
@@ -257,6 +280,8 @@ async def attach_volume(
                 volume, attachments={**volume.attachments, node_id: attachment}
             )
             backend.state.save_volume(volume)
+        outcome: Outcome = "already" if done else "published"
+        backend.record("ControllerPublishVolume", outcome, volume_id=volume_id, node_id=node_id)
         return volume
 
 
@@ -265,7 +290,12 @@ async def detach_volume(backend: Backend, volume_id: str, *, node_id: str) -> No
     async with backend.lock:
         volume = backend.state.volume(volume_id)
         if volume is None:
-            return  # nothing is attached to a volume that does not exist: safely unpublished
+            # nothing is attached to a volume that does not exist: safely unpublished
+            backend.record("ControllerUnpublishVolume", "absent", volume_id=volume_id)
+            return
         remaining = {n: a for n, a in volume.attachments.items() if node_id and n != node_id}
+        outcome: Outcome = "not_published"
         if remaining != dict(volume.attachments):
             backend.state.save_volume(dataclasses.replace(volume, attachments=remaining))
+            outcome = "unpublished"
+        backend.record("ControllerUnpublishVolume", outcome, volume_id=volume_id, node_id=node_id)

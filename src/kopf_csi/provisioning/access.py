@@ -7,7 +7,6 @@ against a stale cache (a JSON-patch `test` of the resourceVersion).
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,8 +56,14 @@ async def read_secret_data(
             raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
         log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)
         return {}
-    data = secret.get("data") or {}
-    return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
+    try:
+        return kube.decode_secret_data(secret)
+    except ValueError as exc:
+        message = f"error getting secret {ref.name} in namespace {ref.namespace}: {exc}"
+        if required:
+            raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE) from None
+        log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=str(exc))
+        return {}
 
 
 async def replace_finalizers(

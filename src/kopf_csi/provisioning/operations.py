@@ -10,6 +10,7 @@ volumes are `reclaiming`'s, data sources `sourcing`'s. No kopf here: each operat
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from kopf_csi import events, kube, names
 from kopf_csi.caches import Caches
 from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.csi import messages as csi
+from kopf_csi.observing import ProvisioningObserver, claim_labels
 from kopf_csi.provisioning import (
     capacity,
     decisions,
@@ -71,6 +73,7 @@ class Provisioner:
         identity: str,
         journal: Journal | None = None,
         hooks: Sequence[CreateVolumeHook] = (),
+        observer: ProvisioningObserver | None = None,
     ) -> None:
         self.csi = csi_client
         self.api = api
@@ -82,10 +85,13 @@ class Provisioner:
         self.journal = journal
         self.hooks = hooks
         """Users' CreateVolume hooks (`kopf_csi.provisioning.hooks`), read at every attempt."""
+        self.observer = observer
+        """Metrics (`kopf_csi.observing`): told of every provisioning attempt's outcome."""
         self.sources = Sources(api=api, caches=caches, options=options)
         self.reclaimer = Reclaimer(
-            csi_client=csi_client, api=api, recorder=recorder, caches=caches, driver=driver
-        )
+            csi_client=csi_client, api=api, recorder=recorder, caches=caches, driver=driver,
+            observer=observer,
+        )  # fmt: skip
         self.supports_topology = topology.supports_topology(driver.plugin_capabilities)
         self.in_progress: dict[str, Body] = {}
         """Claims whose CreateVolume may still run on the driver (claimsInProgress)."""
@@ -127,6 +133,7 @@ class Provisioner:
             # The library's shouldProvision error (a missing StorageClass): logged and retried,
             # no event (the KCM already posts one about the class).
             log.warning("claim_not_checked", error=exc.message)
+            self._observe_failure(claim)
             return RETRY
         if not decision.should:
             self._forget(key, claim)
@@ -208,6 +215,7 @@ class Provisioner:
         return answer.available_capacity >= needed
 
     async def provision(self, key: str, claim: Body, storage_class: Body) -> Outcome:
+        started = time.monotonic()
         await self.recorder.post(
             claim,
             type_=events.NORMAL,
@@ -230,6 +238,10 @@ class Provisioner:
             state = state_for(exc, may_reschedule=self._may_reschedule(claim))
             return await self._handle_failure(key, claim, storage_class, exc, state)
         self._forget(key, claim)
+        if self.observer is not None:
+            class_name, source = claim_labels(claim)
+            seconds = time.monotonic() - started
+            self.observer.provisioned(class_name=class_name, source=source, seconds=seconds)
         log.info("volume_provisioned", volume=volume["metadata"]["name"])
         await self.recorder.post(
             claim,
@@ -275,10 +287,19 @@ class Provisioner:
             raise ProvisioningError(
                 "CreateVolume returned no volume", state=ProvisioningState.IN_BACKGROUND
             )
-        problem = response_problem(response.volume, claim=claim, required_bytes=plan.required_bytes)
+        problem = response_problem(
+            response.volume,
+            claim=claim,
+            required_bytes=plan.required_bytes,
+            requirement=requirement,
+        )
         if problem is not None:
-            await self._clean_up(response.volume, secret_data, problem.cleanup)
-            raise ProvisioningError(problem.message, state=ProvisioningState.IN_BACKGROUND)
+            cleanup_error = None
+            if problem.deletable:
+                cleanup_error = await self._clean_up(response.volume, secret_data, problem.message)
+            else:
+                log.warning("volume_rejected", reason=problem.message)
+            raise problem.error(volume_name=plan.volume_name, cleanup_error=cleanup_error)
         volume = build_volume(
             claim=claim,
             storage_class=storage_class,
@@ -308,13 +329,18 @@ class Provisioner:
             ) from exc
         self.caches.volumes.store(created)
 
-    async def _clean_up(self, volume: csi.Volume, secret_data: Mapping[str, str], why: str) -> None:
+    async def _clean_up(
+        self, volume: csi.Volume, secret_data: Mapping[str, str], why: str
+    ) -> str | None:
+        """Delete a volume the driver answered wrongly about; the error text if that failed."""
         log.warning("volume_rejected", volume_id=volume.volume_id, reason=why)
         request = csi.DeleteVolumeRequest(volume_id=volume.volume_id, secrets=dict(secret_data))
         try:
             await self.csi.delete_volume(request)
         except CSIError as exc:
             log.warning("volume_cleanup_failed", volume_id=volume.volume_id, error=str(exc))
+            return error_text(exc)
+        return None
 
     async def _handle_failure(
         self,
@@ -324,6 +350,7 @@ class Provisioner:
         error: Exception,
         state: ProvisioningState,
     ) -> Outcome:
+        self._observe_failure(claim)
         outcome = failure_outcome(error, state=state, claim=claim)
         if outcome.state is ProvisioningState.IN_BACKGROUND:
             self.in_progress[key] = claim
@@ -365,6 +392,11 @@ class Provisioner:
             return False
         return True
 
+    def _observe_failure(self, claim: Body) -> None:
+        if self.observer is not None:
+            class_name, source = claim_labels(claim)
+            self.observer.provision_failed(class_name=class_name, source=source)
+
     def _forget(self, key: str, claim: Body) -> None:
         self.in_progress.pop(key, None)
         self.slow_retries.pop(key, None)
@@ -387,12 +419,29 @@ class Provisioner:
         for uid, claim in (await self.journal.load()).items():
             meta = claim.get("metadata", {})
             key = f"{meta.get('namespace')}/{meta.get('name')}"
-            current = await self.api.get(kube.CLAIMS, meta.get("name", ""), meta.get("namespace"))
+            current = await self._read_claim(key, meta)
             if current is None or uid_of(current) != uid:
                 self.in_progress[key] = claim
                 log.info("resuming_deleted_claim", claim=key, uid=uid)
             keys.append(key)
         return keys
+
+    async def _read_claim(self, key: str, meta: Body) -> Body | None:
+        """GET a journal's claim, retrying transient API errors of this one read.
+
+        With hundreds of records, one 5xx failing the whole resume (to be restarted from the
+        first record) never finished under a 3 % error rate (chaos suite).
+        """
+        delay = 0.1
+        while True:
+            try:
+                return await self.api.get(kube.CLAIMS, meta.get("name", ""), meta.get("namespace"))
+            except kube.KubeError as exc:
+                if exc.status < 500 and exc.status != 429:
+                    raise
+                log.warning("journal_claim_read_retry", claim=key, error=str(exc), delay=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     def _volume_name(self, claim: Body) -> str:
         return naming.claim_volume_name(

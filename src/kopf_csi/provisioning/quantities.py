@@ -56,8 +56,9 @@ def parse_quantity(text: str) -> fractions.Fraction:
 def quantity_bytes(text: str) -> int:
     """`Quantity.Value()`: rounded up (away from zero) to a whole number, capped at int64."""
     exact = parse_quantity(text)
-    magnitude = min(math.ceil(abs(exact)), MAX_INT64)
-    return -magnitude if exact < 0 else magnitude
+    if exact < 0:
+        return -min(math.ceil(-exact), MAX_INT64 + 1)  # int64 reaches one further below zero
+    return min(math.ceil(exact), MAX_INT64)
 
 
 def format_binary_si(value: int) -> str:

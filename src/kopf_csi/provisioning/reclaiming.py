@@ -9,6 +9,7 @@ PVs and removed when the policy becomes Retain, so Retain never deletes.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ import structlog
 from kopf_csi import events, kube, names
 from kopf_csi.caches import Caches
 from kopf_csi.csi import CSIClient, CSIError, DriverInfo
+from kopf_csi.observing import ProvisioningObserver, volume_class
 from kopf_csi.provisioning import deletions, secrets
 from kopf_csi.provisioning.access import meta as meta_of
 from kopf_csi.provisioning.access import read_secret_data, replace_finalizers
@@ -44,12 +46,14 @@ class Reclaimer:
         recorder: events.Recorder,
         caches: Caches,
         driver: DriverInfo,
+        observer: ProvisioningObserver | None = None,
     ) -> None:
         self.csi = csi_client
         self.api = api
         self.recorder = recorder
         self.caches = caches
         self.driver = driver
+        self.observer = observer
         self.finished: collections.OrderedDict[str, None] = collections.OrderedDict()
         """UIDs of PVs deleted here: the watch events still on their way (deletionTimestamp
         set, our finalizer not yet gone in them) must not start the deletion again."""
@@ -78,9 +82,11 @@ class Reclaimer:
             volume = await self._set_finalizers(volume, finalizers)
         if not deletions.should_delete(volume, driver_name=self.driver.name).should:
             return DONE
+        started = time.monotonic()
         try:
             await self._delete(volume)
         except deletions.VolumeInUseError as exc:
+            self._observe_failure(volume)  # the library counts the attachment guard's error
             log.info("volume_delete_waits_for_detach", reason=str(exc))
             await self.recorder.post(
                 volume, type_=events.NORMAL, reason=names.REASON_VOLUME_DELETE, message=str(exc)
@@ -88,13 +94,21 @@ class Reclaimer:
             return RETRY
         except (deletions.DeletionError, CSIError, kube.KubeError) as exc:
             text = error_text(exc) if isinstance(exc, CSIError) else str(exc)
+            self._observe_failure(volume)
             log.warning("volume_delete_failed", error=text)
             await self.recorder.post(
                 volume, type_=events.WARNING, reason=names.REASON_VOLUME_FAILED_DELETE,
                 message=text,
             )  # fmt: skip
             return RETRY
+        if self.observer is not None:
+            seconds = time.monotonic() - started
+            self.observer.deleted(class_name=volume_class(volume), seconds=seconds)
         return DONE
+
+    def _observe_failure(self, volume: Body) -> None:
+        if self.observer is not None:
+            self.observer.delete_failed(class_name=volume_class(volume))
 
     async def _delete(self, volume: Body) -> None:
         meta = meta_of(volume)

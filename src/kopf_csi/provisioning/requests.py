@@ -94,9 +94,15 @@ def requested_bytes(claim: Mapping[str, Any]) -> int:
     if quantity is None:
         return 0
     try:
-        return quantity_bytes(str(quantity))
+        size = quantity_bytes(str(quantity))
     except QuantityError as exc:
         raise ProvisioningError(str(exc), state=_FINISHED) from None
+    if size < 0:  # the API server refuses these; an unvalidated one must not reach the driver
+        raise ProvisioningError(
+            f"invalid storage request {quantity}: must be greater than or equal to 0",
+            state=_FINISHED,
+        )
+    return size
 
 
 def plan_request(

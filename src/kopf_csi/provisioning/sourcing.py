@@ -121,7 +121,7 @@ class Sources:
         try:
             updated = await replace_finalizers(self.api, kube.CLAIMS, source, finalizers)
         except kube.KubeError as exc:
-            log.warning("clone_source_release_failed", claim=key, error=str(exc))
+            log.warning("clone_source_release_failed", obj=source, error=str(exc))
             return RETRY
         self.caches.claims.store(updated)
         return DONE

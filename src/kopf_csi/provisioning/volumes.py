@@ -5,12 +5,15 @@ source (handle, attributes with our identity, fsType, readOnly, the five secret 
 the capacity, the node affinity, the claimRef, and the annotations the delete path and the
 resizer rely on. Before the PV is built, `response_problem` checks the driver's answer (a volume
 smaller than asked for, or a clone/restore without its content source, is deleted and retried).
+Beyond Go, a volume without an id is retried (CreateVolume is idempotent: the retry gets the
+same volume back), and one accessible from none of the requisite topologies is deleted and
+retried, rather than written into a PV no pod of the selected node could use.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kopf_csi import names
@@ -34,6 +37,8 @@ class ResponseProblem:
     message: str
     cleanup: str
     """How Go words a failed cleanup in this case ("Cleanup" or "cleanup", sic)."""
+    deletable: bool = True
+    """False when the answer has no volume id: there is nothing to delete, only to retry."""
 
     def error(self, *, volume_name: str, cleanup_error: str | None) -> ProvisioningError:
         """The attempt's error: `IN_BACKGROUND` either way, naming the orphan if any."""
@@ -47,10 +52,17 @@ class ResponseProblem:
 
 
 def response_problem(
-    volume: csi.Volume, *, claim: Mapping[str, Any], required_bytes: int
+    volume: csi.Volume,
+    *,
+    claim: Mapping[str, Any],
+    required_bytes: int,
+    requirement: csi.TopologyRequirement | None = None,
 ) -> ResponseProblem | None:
     """What is wrong with CreateVolume's answer, if anything (a capacity of 0 = unknown = ok)."""
-    if 0 < volume.capacity_bytes < required_bytes:
+    if not volume.volume_id:
+        return ResponseProblem("created volume has no volume id", "Cleanup", deletable=False)
+    # Go: 0 means unknown; anything else below the request (negative included) is too small.
+    if volume.capacity_bytes != 0 and volume.capacity_bytes < required_bytes:
         message = (
             f"created volume capacity {volume.capacity_bytes} less than requested capacity"
             f" {required_bytes}"
@@ -58,7 +70,39 @@ def response_problem(
         return ResponseProblem(message, "Cleanup")
     if claim.get("spec", {}).get("dataSource") is not None and volume.content_source is None:
         return ResponseProblem("volume content source missing", "cleanup")
+    requisite = requirement.requisite if requirement is not None else []
+    if (
+        requisite
+        and volume.accessible_topology
+        and not _within(volume.accessible_topology, requisite)
+    ):
+        message = (
+            f"created volume is accessible from {_segments(volume.accessible_topology)}, none of"
+            f" the requisite topologies {_segments(requisite)}"
+        )
+        return ResponseProblem(message, "Cleanup")
     return None
+
+
+def _within(accessible: Sequence[csi.Topology], requisite: Sequence[csi.Topology]) -> bool:
+    """Some returned segment agrees with some requisite one on every key both have (CSI: a
+    volume "MUST be accessible from at least one of the requisite topologies")."""
+    return any(
+        all(wanted.segments.get(key, value) == value for key, value in given.segments.items())
+        for given in accessible
+        for wanted in requisite
+    )
+
+
+def _segments(topologies: Sequence[csi.Topology]) -> str:
+    return (
+        "["
+        + " ".join(
+            "{" + ",".join(f"{k}={v}" for k, v in sorted(t.segments.items())) + "}"
+            for t in topologies
+        )
+        + "]"
+    )
 
 
 def claim_reference(claim: Mapping[str, Any]) -> dict[str, str]:

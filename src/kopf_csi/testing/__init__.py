@@ -4,6 +4,7 @@
 - ``kcm``: a stand-in for the kube-controller-manager controllers around the CSI sidecars.
 - ``apimachinery``: the patch, selector and Status-error algorithms the emulator uses.
 - ``operator``: kopf in a thread of its own, for tests and the sandbox.
+- ``requestlog``: the emulator's requests classified as RBAC sees them (verb, group, resource).
 
 Import the submodules directly; this package imports nothing, so that importing the
 operator never pulls in kmock or aiohttp servers.

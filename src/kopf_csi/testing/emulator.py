@@ -40,6 +40,7 @@ import kmock
 
 from kopf_csi.testing import apimachinery
 from kopf_csi.testing.apimachinery import StatusError
+from kopf_csi.testing.requestlog import RequestLog
 
 __all__ = [
     "KINDS",
@@ -114,6 +115,11 @@ _SERVER_METADATA = (
 )  # fmt: skip
 _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 _KMOCK_LOG_LIMIT = 100  # discovery requests kept by kmock (it re-filters them per request)
+_SNAPSHOTS_KEPT = 16  # paginated LISTs whose `continue` tokens still work
+_EXPIRED_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. "
+    "You can start a new list without the continue parameter."
+)
 
 
 def _dumps(obj: Any) -> str:
@@ -249,6 +255,7 @@ class Fault:
     name: str | None = None
     times: int | None = 1  # None: until removed
     message: str = "injected fault"
+    body: str | None = None  # sent verbatim instead of a Status (e.g. malformed JSON)
 
     def matches(self, *, verb: str, plural: str, name: str | None) -> bool:
         return all(
@@ -272,8 +279,10 @@ class Faults:
         name: str | None = None,
         times: int | None = 1,
         message: str = "injected fault",
+        body: str | None = None,
     ) -> Fault:
-        fault = Fault(code, verb, resource, name, times, message)
+        """With `body`, answer `code` with that text as a JSON response (`"{not json"`)."""
+        fault = Fault(code, verb, resource, name, times, message, body)
         self._faults.append(fault)
         return fault
 
@@ -375,6 +384,7 @@ class EmulatedCluster:
         self.host, self.port = host, port
         self.bookmark_interval = bookmark_interval
         self.faults = Faults()
+        self.requests = RequestLog()  # every HTTP request, as RBAC sees it (counts only)
         self._initial_namespaces = namespaces
         self._kinds = {(kind.group, kind.version, kind.plural): kind for kind in kinds}
         self._names: dict[str, Kind] = {}
@@ -386,6 +396,7 @@ class EmulatedCluster:
         self._evicted = dict.fromkeys(kinds, 0)  # the newest resourceVersion dropped from history
         self._listeners: dict[Kind, set[_Listener]] = {kind: set() for kind in kinds}
         self._rv = 0
+        self._snapshots: dict[str, tuple[int, list[Body]]] = {}  # paginated LISTs in progress
         self._discovery = _Discovery()
         for kind in kinds:
             self._discovery.resources[kmock.resource(kind.group, kind.version, kind.plural)] = (
@@ -571,6 +582,43 @@ class EmulatedCluster:
         if obj is None:
             raise StatusError(404, f'{kind.plural} "{name}" not found')
         return obj
+
+    def _page(
+        self, kind: Kind, namespace: str | None, params: Mapping[str, str]
+    ) -> tuple[list[Body], dict[str, Any]]:
+        """One page of a LIST: everything, or `limit` items with a `continue` token.
+
+        As with the real API server, every page of one list shows the same snapshot: the first
+        page takes it, and the token names it. Only the newest few snapshots are kept; an
+        unknown or expired token is 410 Gone, and the client lists again from the start.
+        """
+        token = params.get("continue")
+        if token:
+            snapshot = self._snapshots.get(token.partition(":")[0])
+            if snapshot is None:
+                raise StatusError(410, _EXPIRED_CONTINUE)
+            rv, items = snapshot
+            start = int(token.partition(":")[2] or 0)
+        else:
+            rv = self._rv
+            items = self._list(
+                kind, namespace, params.get("labelSelector"), params.get("fieldSelector")
+            )
+            start = 0
+        limit = int(params.get("limit") or 0)
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit <= 0 or start + limit >= len(items):
+            return items[start:], meta
+        if not token:
+            snapshot_id = uuid.uuid4().hex
+            self._snapshots[snapshot_id] = (rv, items)
+            while len(self._snapshots) > _SNAPSHOTS_KEPT:
+                self._snapshots.pop(next(iter(self._snapshots)))
+        else:
+            snapshot_id = token.partition(":")[0]
+        meta["continue"] = f"{snapshot_id}:{start + limit}"
+        meta["remainingItemCount"] = len(items) - start - limit
+        return items[start : start + limit], meta
 
     def _list(
         self,
@@ -774,6 +822,7 @@ class EmulatedCluster:
     # --- HTTP ----------------------------------------------------------------------------
 
     async def _on_request(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        self.requests.record(request.method, request.path, request.query)
         target = _parse_path(request.path)
         if target is None:
             if len(request.path) > 1 and request.path.endswith("/"):  # kmock wants "/api/v1"
@@ -796,14 +845,17 @@ class EmulatedCluster:
         if verb is None:
             raise StatusError(405, f"{request.method} is not supported on {request.path}")
         fault = self.faults.take(verb=verb, plural=kind.plural, name=target.name)
+        if fault is not None and fault.body is not None:
+            return aiohttp.web.Response(
+                status=fault.code, text=fault.body, content_type="application/json"
+            )
         if fault is not None:
             raise StatusError(fault.code, fault.message)
         ns, name, sub = target.namespace, target.name or "", target.subresource
         if verb == "watch":
             return await self._serve_watch(request, kind, target)
         if verb == "list":
-            items = self._list(kind, ns, params.get("labelSelector"), params.get("fieldSelector"))
-            meta = {"resourceVersion": str(self._rv)}
+            items, meta = self._page(kind, ns, params)
             body = {
                 "apiVersion": kind.api_version,
                 "kind": f"{kind.kind}List",

@@ -19,18 +19,10 @@ from typing import Any
 import kopf
 from kopf._cogs.structs.references import Insights  # private, but kopf is pinned exactly
 
+from kopf_csi.modules import DEFAULT_MODULES  # the canonical list; re-exported for tests
 from kopf_csi.settings import Settings
 
 __all__ = ["DEFAULT_MODULES", "OperatorThread", "running_operator"]
-
-DEFAULT_MODULES = (
-    "handlers.lifecycle",
-    "handlers.caches",
-    "handlers.provisioner",
-    "handlers.capacity",
-    "handlers.attacher",
-    "handlers.health",
-)
 
 
 class OperatorThread:
@@ -51,12 +43,16 @@ class OperatorThread:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.registry = kopf.OperatorRegistry()
-        self.memo = kopf.Memo(settings=settings, registry=self.registry)
+        # `stop_operator`: how the operator stops itself (`runtime.request_stop`, a lost Lease).
+        self.memo = kopf.Memo(
+            settings=settings, registry=self.registry, stop_operator=self.request_stop
+        )
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._insights = Insights()
         self.error: BaseException | None = None
+        self.stop_reason: str | None = None  # why the operator stopped itself, if it did
 
     def _load(self) -> None:
         previous = kopf.get_default_registry()
@@ -118,6 +114,11 @@ class OperatorThread:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the operator did not scan the API in {self.start_timeout}s")
             await asyncio.sleep(0.01)
+
+    def request_stop(self, reason: str) -> None:
+        """Stop from inside, as a signal would (thread-safe: it only sets kopf's stop flag)."""
+        self.stop_reason = reason
+        self._stop.set()
 
     async def stop(self) -> None:
         self._stop.set()

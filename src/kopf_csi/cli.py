@@ -1,0 +1,432 @@
+"""The `kopf-csi` command: `run` the operator, show its `config`, write its configuration `docs`.
+
+`kopf-csi run` takes every setting as a flag named after the Go sidecars' (`--csi-address`,
+`--timeout`, `--worker-threads`, ...) or as `KOPF_CSI_<FLAG>` in the environment; the table
+lives in `kopf_csi.flags`, derived from `kopf_csi.settings`. It loads the default handler
+modules plus the user's (`-m`), configures logging, and runs kopf cluster-wide in the main
+thread, which gets SIGINT and SIGTERM. Exit codes: 0 after a clean stop, 1 when the operator
+fails, 2 for bad flags, settings or module names (one line on stderr, no traceback).
+
+Single-dash Go spellings (`-csi-address=/x`, `-v=5`) are accepted too, so the arguments of
+the Go sidecars' containers can be moved over as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import logging
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from kopf_csi import flags, modules
+from kopf_csi.settings import Settings, SettingsError
+
+__all__ = ["UsageError", "main", "reference", "settings_for"]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("auto", "json", "console")
+COMMANDS = ("run", "config", "docs")
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported in one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its errors are ours (one line, exit code 2), and no abbreviations.
+
+    Go's flag package takes no abbreviations either: `--time=5s` must not become `--timeout`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _add_settings(parser: argparse.ArgumentParser) -> None:
+    groups: dict[str, Any] = {}
+    for flag in flags.table():
+        if flag.group not in groups:
+            groups[flag.group] = parser.add_argument_group(f"{flag.group} settings")
+        help_text = flags.description(flag).replace("%", "%%")
+        extra = {"nargs": "?", "const": "true"} if flag.kind is flags.BOOLEAN else {}
+        groups[flag.group].add_argument(
+            flag.name,
+            dest=flag.dest,
+            metavar=flag.kind.metavar,
+            default=argparse.SUPPRESS,  # absent flags stay absent: the environment may set them
+            help=f"{help_text} [{flag.kind.show(flag.default)}; ${flag.envs[0]}]",
+            **extra,
+        )
+
+
+_RUN_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("-m", "--module"), {
+        "dest": "modules", "action": "append", "metavar": "MODULE", "default": None,
+        "help": "A handler module to load after the defaults: a dotted name or a .py file."
+                " Repeat it for more; the variable takes a comma-separated list.",
+    }),
+    (("--no-default-modules",), {
+        "action": "store_true",
+        "help": "Load only the -m modules, not the defaults"
+                f" ({', '.join(modules.DEFAULT_MODULES)}).",
+    }),
+    (("--log-level",), {
+        "type": str.upper, "choices": LOG_LEVELS, "default": None,
+        "help": "The lowest level logged (INFO when not given).",
+    }),
+    (("--log-format",), {
+        "choices": LOG_FORMATS, "default": None,
+        "help": "JSON lines or console lines; auto (the default): console lines on a terminal.",
+    }),
+    (("--v",), {
+        "dest": "verbosity", "type": int, "default": None, "metavar": "N",
+        "help": "klog's verbosity, so that the Go sidecars' arguments work: 4 or more means"
+                " --log-level=DEBUG (which wins when given).",
+    }),
+    (("--liveness",), {
+        "metavar": "URL", "default": None,
+        "help": "kopf's liveness endpoint, like http://0.0.0.0:8081/healthz (off when not given).",
+    }),
+)  # fmt: skip
+"""`kopf-csi run`'s own options; `flags.RUN_ENV` names the variables of some of them."""
+
+
+def _run_env(names: Sequence[str]) -> str | None:
+    return next((env for env, option in flags.RUN_ENV.items() if option in names), None)
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("run options (not settings)")
+    for names, options in _RUN_OPTIONS:
+        env = _run_env(names)
+        help_text = options["help"] + (f" [${env}]" if env else "")
+        group.add_argument(*names, **{**options, "help": help_text.replace("%", "%%")})
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="kopf-csi", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = commands.add_parser(
+        "run", help="run the operator",
+        usage="%(prog)s [SETTING FLAGS] [-m MODULE ...] [--no-default-modules] [OPTIONS]",
+        description="Run the CSI controller sidecars as one kopf operator.",
+    )  # fmt: skip
+    _add_settings(run)
+    _add_run_options(run)
+    config = commands.add_parser(
+        "config", help="print the effective settings as flags, and where each came from",
+        usage="%(prog)s [the arguments of run]",
+        description="Print the settings `run` would use with the same arguments and environment.",
+    )  # fmt: skip
+    _add_settings(config)
+    _add_run_options(config)
+    docs = commands.add_parser("docs", help="print the configuration reference (Markdown)")
+    docs.add_argument("--output", metavar="FILE", help="write it to FILE instead")
+    return parser
+
+
+def _go_spellings(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """`-csi-address=/x` → `--csi-address=/x`, as Go's flag package takes either spelling."""
+    known = {
+        option
+        for action in _subcommand_actions(parser)
+        for option in action.option_strings
+        if option.startswith("--")
+    }
+    result: list[str] = []
+    for index, arg in enumerate(argv):
+        if arg == "--":
+            return result + list(argv[index:])
+        name = arg.partition("=")[0]
+        if re.fullmatch(r"-[a-z][a-z0-9-]*", name) and f"-{name}" in known:
+            arg = f"-{arg}"
+        result.append(arg)
+    return result
+
+
+def _subcommand_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    actions: list[argparse.Action] = []
+    for action in parser._actions:  # argparse has no public API to list subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                actions.extend(subparser._actions)
+    return actions
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    args, unknown = parser.parse_known_args(_go_spellings(argv, parser))
+    if unknown:
+        raise UsageError(_unrecognized(unknown, parser, args.command))
+    return args
+
+
+def _unrecognized(unknown: Sequence[str], parser: argparse.ArgumentParser, command: str) -> str:
+    known = sorted(
+        {option for action in _subcommand_actions(parser) for option in action.option_strings}
+    )
+    first = unknown[0].partition("=")[0]
+    close = difflib.get_close_matches(first, known, n=1) if first.startswith("-") else []
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unrecognized arguments: {' '.join(unknown)}{hint} (see kopf-csi {command} --help)"
+
+
+def _given(args: argparse.Namespace) -> dict[str, str]:
+    values = vars(args)
+    return {flag.name: values[flag.dest] for flag in flags.table() if flag.dest in values}
+
+
+def _modules(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
+    extra = args.modules
+    if extra is None:
+        extra = [name.strip() for name in env.get("KOPF_CSI_MODULES", "").split(",")]
+    extra = [name for name in extra if name]
+    defaults = [] if args.no_default_modules else list(modules.DEFAULT_MODULES)
+    chosen = defaults + [name for name in extra if name not in defaults]
+    if not chosen:
+        raise UsageError("no handler modules to run: give -m MODULE, or keep the defaults")
+    return chosen
+
+
+def _log_level(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    if args.log_level:
+        return str(args.log_level)
+    if args.verbosity is not None:
+        return "DEBUG" if args.verbosity >= 4 else "INFO"
+    level = env.get("KOPF_CSI_LOG_LEVEL", "").upper() or "INFO"
+    if level not in LOG_LEVELS:
+        raise UsageError(f"KOPF_CSI_LOG_LEVEL={level!r} is not one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _log_json(args: argparse.Namespace, env: Mapping[str, str]) -> bool | None:
+    chosen = args.log_format or env.get("KOPF_CSI_LOG_FORMAT", "").lower() or "auto"
+    if chosen not in LOG_FORMATS:
+        raise UsageError(f"KOPF_CSI_LOG_FORMAT={chosen!r} is not one of {', '.join(LOG_FORMATS)}")
+    return None if chosen == "auto" else chosen == "json"
+
+
+def settings_for(args: Sequence[str], env: Mapping[str, str]) -> Settings:
+    """The settings `kopf-csi run <args>` would run with in `env` (for manifests' tests).
+
+    Raises UsageError or SettingsError, as `run` would report them.
+    """
+    settings: Settings = flags.resolve(
+        _given(_parse(_build_parser(), ["run", *args])), env
+    ).settings
+    return settings
+
+
+def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import kopf  # late: `kopf-csi docs` and `--help` need none of kopf's start-up cost
+    import structlog
+
+    from kopf_csi import logs
+
+    resolved = flags.resolve(_given(args), env)
+    names = _modules(args, env)
+    liveness = args.liveness or env.get("KOPF_CSI_LIVENESS") or None
+    logs.configure(level=_log_level(args, env), json=_log_json(args, env))
+    log = structlog.get_logger("kopf_csi.cli")
+    registry = kopf.OperatorRegistry()
+    try:
+        modules.load(names, registry=registry)
+    except modules.ModuleLoadError as exc:
+        raise UsageError(str(exc)) from None
+    except Exception:
+        log.exception("module_failed_to_load", modules=names)
+        return 1
+    log.info("operator_starting", modules=names, settings_given=sorted(resolved.sources))
+    return _operate(registry, resolved.settings, liveness=liveness)
+
+
+def _operate(registry: Any, settings: Any, *, liveness: str | None) -> int:
+    """kopf in this (the main) thread, on a loop of our own, so that it gets the signals.
+
+    `memo.stop_operator(reason)` lets the operator stop itself (`runtime.request_stop`: a lost
+    Lease): that ends with exit code 1, as the Go sidecars exit with an error then.
+    """
+    import kopf
+    import structlog
+
+    log = structlog.get_logger("kopf_csi.cli")
+    loop = asyncio.new_event_loop()
+    stop_flag = asyncio.Event()
+    reasons: list[str] = []
+
+    def stop_operator(reason: str) -> None:  # from any thread
+        reasons.append(reason)
+        loop.call_soon_threadsafe(stop_flag.set)
+
+    memo = kopf.Memo(settings=settings, registry=registry, stop_operator=stop_operator)
+    try:
+        kopf.run(
+            loop=loop,
+            registry=registry,
+            memo=memo,
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=liveness,
+            stop_flag=stop_flag,
+        )
+    except Exception as exc:
+        failed = _failed_handlers(exc)
+        if failed:  # kopf has logged each handler's failure with its traceback already
+            log.error("operator_failed", failed_handlers=failed)  # noqa: TRY400
+        else:
+            log.exception("operator_failed", error=str(exc) or repr(exc))
+        return 1
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+    if reasons:
+        log.error("operator_stopped_itself", reason=reasons[0])
+        return 1
+    log.info("operator_stopped")
+    return 0
+
+
+def _failed_handlers(exc: Exception) -> dict[str, str]:
+    """The handlers behind kopf's ActivityError ("One or more handlers failed"), and why."""
+    outcomes = getattr(exc, "outcomes", None)  # ActivityError is not in kopf's public API
+    if not isinstance(outcomes, dict):
+        return {}
+    return {
+        str(handler): str(outcome.exception)
+        for handler, outcome in outcomes.items()
+        if getattr(outcome, "exception", None) is not None
+    }
+
+
+def _config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    resolved = flags.resolve(_given(args), env)
+    names = _modules(args, env)
+    level, json = _log_level(args, env), _log_json(args, env)
+    print("\n".join(flags.describe(resolved)))
+    print(f"# handler modules: {', '.join(names)}")
+    print(
+        f"# log level: {level}, format: {'auto' if json is None else 'json' if json else 'console'}"
+    )
+    return 0
+
+
+def _docs(args: argparse.Namespace) -> int:
+    text = reference()
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> None:
+    """The `kopf-csi` console script; `argv` and `env` are for tests."""
+    argv = sys.argv[1:] if argv is None else argv
+    env = os.environ if env is None else env
+    parser = _build_parser()
+    try:
+        args = _parse(parser, argv)
+        if args.command == "run":
+            code = _run(args, env)
+        elif args.command == "config":
+            code = _config(args, env)
+        else:
+            code = _docs(args)
+    except (UsageError, SettingsError) as exc:
+        command = next((arg for arg in argv if arg in COMMANDS), None)
+        prog = f"kopf-csi {command}" if command else "kopf-csi"
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        code = 2
+    logging.shutdown()
+    sys.exit(code)
+
+
+# The configuration reference (docs/configuration.md), written from the same table as the
+# flags, so that it cannot drift from them. A test fails when the committed file is stale.
+
+_PREAMBLE = """\
+# Configuration reference
+
+<!-- Generated by `kopf-csi docs --output docs/configuration.md` from the settings
+     (src/kopf_csi/settings.py and each sidecar's options.py). Do not edit by hand:
+     tests/cli/test_reference.py fails when this file is stale. -->
+
+`kopf-csi run` takes every setting as a flag or as an environment variable:
+
+- Flags: `--name=value` or `--name value`; Go's single-dash spelling (`-name=value`) works
+  too, so the Go sidecars' container arguments can be moved over as they are. A boolean flag
+  alone means true (`--leader-election`); `--leader-election=false` turns it off.
+- Environment: `KOPF_CSI_<FLAG>` for every flag (`--kube-api-qps` → `KOPF_CSI_KUBE_API_QPS`),
+  plus the few usual variables listed below (`CSI_ADDRESS`, `KUBECONFIG`, `POD_NAMESPACE`,
+  `NODE_NAME`, ...). An empty variable counts as unset. A `KOPF_CSI_` variable that names no
+  setting is an error, so that a typo is never ignored silently.
+- Which wins: the setting's own flag, then its own variables (`KOPF_CSI_...` first), then the
+  shared flag it falls back to (below), then the shared flag's variables, then the default.
+- Durations take Go's syntax (`300ms`, `10s`, `1m30s`, `1h`) or a number of seconds (`10`).
+  Booleans: `true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off`.
+- Bad values stop `kopf-csi run` with exit code 2 and one line naming the flag or variable
+  and the value. `kopf-csi config` prints the effective settings as flags, each with its source.
+
+**Flags shared by several sidecars.** Where the Go sidecars each have a flag of the same name
+and meaning (`--timeout`, `--retry-interval-start`, `--retry-interval-max`,
+`--default-fstype`, `--extra-create-metadata`), the plain flag is the provisioner's (or, for
+`--timeout`, every CSI call's), and each other sidecar has its own prefixed flag
+(`--attacher-timeout`) that falls back to the plain one when not given, and to its own Go
+default when neither is. Worker counts are not shared: `--worker-threads` is the provisioner's
+(Go: 100), `--attacher-worker-threads` the attacher's (Go: 10).
+
+Handler modules run under a bare `kopf run` (no `kopf-csi`) read the same variables, with the
+same parsers and errors (`Settings.from_env()`).
+"""
+
+
+def _plain(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def reference() -> str:
+    """The configuration reference in Markdown."""
+    lines = [_PREAMBLE]
+    differing = [flag for flag in flags.table() if flag.go_default]
+    lines += ["## Defaults that differ from the Go sidecars", ""]
+    lines += ["| Flag | Here | Go | Why |", "|---|---|---|---|"]
+    for flag in differing:
+        assert flag.go_default is not None
+        go, why = flag.go_default
+        shown = flag.kind.show(flag.default)
+        lines.append(f"| `{flag.name}` | `{shown}` | `{go}` | {_plain(why)} |")
+    if not differing:
+        lines.append("| (none) | | | |")
+    group = None
+    for flag in flags.table():
+        if flag.group != group:
+            group = flag.group
+            lines += ["", f"## `{group}` settings (`Settings.{group}`)", ""]
+            lines += ["| Flag | Environment | Default | Description |", "|---|---|---|---|"]
+        envs = "<br>".join(f"`{name}`" for name in flag.envs)
+        default = f"`{flag.kind.show(flag.default)}`"
+        if flag.go_default:
+            default += f" (Go: `{flag.go_default[0]}`)"
+        text = _plain(flags.description(flag, fallbacks=True))
+        lines.append(f"| `{flag.name}` | {envs} | {default} | {text} |")
+    lines += ["", "## Options of `kopf-csi run` (not settings)", ""]
+    lines += ["| Option | Environment | Description |", "|---|---|---|"]
+    for names, options in _RUN_OPTIONS:
+        env = _run_env(names)
+        shown = ", ".join(f"`{name}`" for name in names)
+        lines.append(f"| {shown} | {f'`{env}`' if env else ''} | {_plain(options['help'])} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

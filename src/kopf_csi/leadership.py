@@ -1,0 +1,551 @@
+"""Leader election on coordination.k8s.io Leases, compatible with client-go's LeaseLock.
+
+Two replicas run active/passive: only the holder of the Leases works. One kopf-csi operator
+does the jobs of several Go sidecars, so it holds the Lease of every role it runs, under the
+Go sidecars' own names (`names.lease_name`), and a Go sidecar of the same role left running
+during a migration stays passive, and the other way round. Which roles run follows from the
+loaded handler modules: each controller module's start-up handler id names its role
+(`ROLE_HANDLERS`), gated by the settings that switch it off.
+
+The Lease record is client-go's (`tryAcquireOrRenew`): `holderIdentity`, `leaseDurationSeconds`,
+`acquireTime`, `renewTime` (MicroTime) and `leaseTransitions`. A Lease is expired when its
+record has not changed for `leaseDurationSeconds` *by the observer's own clock* (client-go's
+`observedTime`), so clock skew between replicas does not matter. Writes are PUTs guarded by the
+resourceVersion; a conflict means someone else wrote first, and the round is retried.
+
+Differences from client-go, each on the safe side:
+- several Leases are acquired one by one in a fixed order (`Role` order), so two kopf-csi
+  replicas never deadlock holding one Lease each; a replica is the leader once it holds all;
+- the leader gives up when a renewal has not succeeded for `renew_deadline` (client-go: a
+  renewal round that fails for `renew_deadline`, up to `retry_period` later), or at once when
+  another holder shows up in the record;
+- the written `leaseDurationSeconds` is rounded up (client-go truncates): others never take
+  over before our own deadline has passed;
+- on a clean shutdown the Leases are released (client-go's ReleaseOnCancel, the sidecars'
+  alpha ReleaseLeaderElectionOnExit gate): holder "" and 1 s, so a standby takes over at once.
+
+The pure decisions come first; `Candidate` (one Lease) and `Elector` (all of them) do the I/O
+through `kube.KubeClient`. Nothing here imports kopf: `runtime.lead` wires it to the memo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import enum
+import math
+import random
+import socket
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from kopf_csi import events, kube, names
+from kopf_csi.settings import LeaderElectionSettings, Settings
+
+__all__ = [
+    "HEALTH_TOLERANCE",
+    "ROLE_HANDLERS",
+    "Candidate",
+    "Elector",
+    "LeaseRecord",
+    "Observation",
+    "Role",
+    "default_identity",
+    "duration_seconds",
+    "format_microtime",
+    "is_expired",
+    "is_free",
+    "is_ours",
+    "is_renewal_overdue",
+    "may_acquire",
+    "next_record",
+    "observe",
+    "parse_microtime",
+    "released_record",
+    "roles_for",
+    "validate",
+]
+
+log = structlog.get_logger("kopf_csi.leadership")
+
+Body = dict[str, Any]
+HEALTH_TOLERANCE = 20.0
+"""csi-lib-utils `DefaultHealthCheckTimeout`: how long past its lease duration a leader that
+has not renewed may still call itself healthy (the `/healthz/leader-election` watchdog)."""
+JITTER = 1.2  # client-go's JitterFactor for acquisition attempts
+
+
+class Role(enum.Enum):
+    """A Go sidecar whose job we do; the order is the order of acquisition."""
+
+    PROVISIONER = names.LEASE_PREFIX_PROVISIONER
+    ATTACHER = names.LEASE_PREFIX_ATTACHER
+    RESIZER = names.LEASE_PREFIX_RESIZER
+    SNAPSHOTTER = names.LEASE_PREFIX_SNAPSHOTTER
+    HEALTH_MONITOR = names.LEASE_PREFIX_HEALTH_MONITOR
+
+    def lease_name(self, driver_name: str) -> str:
+        return names.lease_name(self.value, driver_name)
+
+
+ROLE_HANDLERS: Mapping[str, Role] = {
+    "provisioner.start": Role.PROVISIONER,
+    "capacity.start": Role.PROVISIONER,  # the capacity controller runs inside the provisioner
+    "attacher.start": Role.ATTACHER,
+    "resizer.start": Role.RESIZER,
+    "snapshotter.start": Role.SNAPSHOTTER,
+    "health.start": Role.HEALTH_MONITOR,
+}
+"""Start-up handler id → the role (and Lease) its module takes over from a Go sidecar."""
+
+
+def roles_for(handler_ids: Iterable[str], settings: Settings) -> tuple[Role, ...]:
+    """The roles this operator runs, in acquisition order: loaded modules, minus disabled ones."""
+    off = set()
+    if not settings.capacity.enabled:
+        off.add("capacity.start")
+    if not settings.health.enabled:
+        off.add("health.start")
+    wanted = {ROLE_HANDLERS[hid] for hid in handler_ids if hid in ROLE_HANDLERS and hid not in off}
+    return tuple(role for role in Role if role in wanted)
+
+
+def default_identity(identity: str = "") -> str:
+    """The holder identity: the configured one or the host name, sanitized as csi-lib-utils does."""
+    return names.sanitize_lease_name(identity or socket.gethostname())
+
+
+def validate(config: LeaderElectionSettings) -> None:
+    """client-go's `NewLeaderElector` checks; ValueError names the offending setting."""
+    if min(config.lease_duration, config.renew_deadline, config.retry_period) <= 0:
+        raise ValueError("leader election durations must be more than zero")
+    if config.lease_duration <= config.renew_deadline:
+        raise ValueError(
+            f"the lease duration ({config.lease_duration:g}s) must be longer than the renew"
+            f" deadline ({config.renew_deadline:g}s)"
+        )
+    if config.renew_deadline <= JITTER * config.retry_period:
+        raise ValueError(
+            f"the renew deadline ({config.renew_deadline:g}s) must be longer than"
+            f" {JITTER:g} times the retry period ({config.retry_period:g}s)"
+        )
+
+
+# -- the record --------------------------------------------------------------------------------
+
+
+def format_microtime(moment: datetime.datetime) -> str:
+    """metav1.MicroTime's JSON form: RFC 3339, UTC, always six fractional digits."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_microtime(text: str | None) -> datetime.datetime | None:
+    """A MicroTime (or a plain RFC 3339 time) as an aware datetime; None if absent or invalid."""
+    if not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def duration_seconds(lease_duration: float) -> int:
+    """The `leaseDurationSeconds` we write: whole seconds, rounded up, at least 1."""
+    return max(1, math.ceil(lease_duration))
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseRecord:
+    """client-go's LeaderElectionRecord, as it lives in a Lease's spec."""
+
+    holder: str = ""
+    duration: int = 0
+    acquire_time: str | None = None
+    renew_time: str | None = None
+    transitions: int = 0
+
+    @classmethod
+    def from_lease(cls, lease: Mapping[str, Any]) -> LeaseRecord:
+        spec = lease.get("spec") or {}
+        return cls(
+            holder=str(spec.get("holderIdentity") or ""),
+            duration=int(spec.get("leaseDurationSeconds") or 0),
+            acquire_time=spec.get("acquireTime"),
+            renew_time=spec.get("renewTime"),
+            transitions=int(spec.get("leaseTransitions") or 0),
+        )
+
+    def spec(self) -> Body:
+        """The Lease spec client-go's `LeaderElectionRecordToLeaseSpec` writes."""
+        spec: Body = {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration,
+            "leaseTransitions": self.transitions,
+        }
+        if self.acquire_time is not None:
+            spec["acquireTime"] = self.acquire_time
+        if self.renew_time is not None:
+            spec["renewTime"] = self.renew_time
+        return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """A record and the moment (our monotonic clock) we first saw it: client-go's observedTime."""
+
+    record: LeaseRecord
+    at: float
+
+
+def observe(previous: Observation | None, record: LeaseRecord, now: float) -> Observation:
+    """Keep the old observation time while the record is unchanged; restart it on any change."""
+    if previous is not None and previous.record == record:
+        return previous
+    return Observation(record, now)
+
+
+def is_free(record: LeaseRecord) -> bool:
+    return not record.holder
+
+
+def is_ours(record: LeaseRecord, identity: str) -> bool:
+    return bool(record.holder) and record.holder == identity
+
+
+def is_expired(observation: Observation, now: float) -> bool:
+    """Unchanged for its own `leaseDurationSeconds` by our clock (client-go `isLeaseValid`)."""
+    return now >= observation.at + observation.record.duration
+
+
+def may_acquire(observation: Observation, identity: str, now: float) -> bool:
+    """Free, ours already, or not renewed in time by its holder."""
+    record = observation.record
+    return is_free(record) or is_ours(record, identity) or is_expired(observation, now)
+
+
+def next_record(
+    old: LeaseRecord | None, *, identity: str, duration: int, now: datetime.datetime
+) -> LeaseRecord:
+    """What we write to acquire or renew: a renewal keeps acquireTime and the transitions."""
+    stamp = format_microtime(now)
+    if old is not None and is_ours(old, identity):
+        acquired, transitions = old.acquire_time or stamp, old.transitions
+    else:
+        acquired, transitions = stamp, (0 if old is None else old.transitions + 1)
+    return LeaseRecord(identity, duration, acquired, stamp, transitions)
+
+
+def released_record(old: LeaseRecord, *, now: datetime.datetime) -> LeaseRecord:
+    """client-go `release()`: no holder, 1 s, both times now, the transitions kept."""
+    stamp = format_microtime(now)
+    return LeaseRecord("", 1, stamp, stamp, old.transitions)
+
+
+def is_renewal_overdue(
+    renewed_at: float | None, now: float, *, lease_duration: float, tolerance: float
+) -> bool:
+    """The watchdog: a leader that has not renewed for its lease duration plus the tolerance."""
+    return renewed_at is not None and now - renewed_at > lease_duration + tolerance
+
+
+def _lease_body(name: str, namespace: str, record: LeaseRecord, base: Mapping[str, Any]) -> Body:
+    body: Body = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": dict(base.get("metadata") or {"name": name, "namespace": namespace}),
+        "spec": record.spec(),
+    }
+    return body
+
+
+# -- I/O: one Lease ----------------------------------------------------------------------------
+
+
+class Candidate:
+    """Acquires, renews and releases one Lease (client-go's `tryAcquireOrRenew`, `release`)."""
+
+    def __init__(
+        self,
+        api: kube.KubeClient,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        duration: int,
+        clock: Callable[[], float] = time.monotonic,
+        wallclock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
+        self.api = api
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.duration = duration
+        self.clock = clock
+        self.wallclock = wallclock
+        self.observation: Observation | None = None
+        self.lease: Body | None = None  # the last object we saw or wrote (its resourceVersion)
+        self.renewed_at: float | None = None  # our clock, at the last successful write
+
+    @property
+    def holder(self) -> str | None:
+        """The holder in the last record seen: "" when free, None before the first look."""
+        return None if self.observation is None else self.observation.record.holder
+
+    @property
+    def held(self) -> bool:
+        return self.observation is not None and is_ours(self.observation.record, self.identity)
+
+    async def attempt(self, *, timeout: float) -> bool:
+        """One try to acquire or renew, bounded by `timeout`; False if not ours (yet)."""
+        try:
+            async with asyncio.timeout(max(timeout, 0.001)):
+                return await self._try()
+        except TimeoutError:
+            log.warning("lease_attempt_timed_out", lease=self.name, timeout=timeout)
+        except kube.KubeError as exc:
+            log.warning("lease_attempt_failed", lease=self.name, error=str(exc))
+        return False
+
+    async def _try(self) -> bool:
+        if self.held and self.lease is not None:
+            # client-go's fast path: renew with the object we wrote last; on any error (409
+            # when someone else wrote), fall through to reading the Lease.
+            with contextlib.suppress(kube.KubeError):
+                return await self._write(self.lease, self.observation)
+        lease = await self.api.get(kube.LEASES, self.name, self.namespace)
+        now = self.clock()
+        if lease is None:
+            record = next_record(
+                None, identity=self.identity, duration=self.duration, now=self.wallclock()
+            )
+            body = _lease_body(self.name, self.namespace, record, {})
+            created = await self.api.create(kube.LEASES, body)
+            self._seen(created, record, self.clock(), written=True)
+            return True
+        self.observation = observe(self.observation, LeaseRecord.from_lease(lease), now)
+        self.lease = lease
+        if not may_acquire(self.observation, self.identity, now):
+            return False
+        return await self._write(lease, self.observation)
+
+    async def _write(self, lease: Body, observation: Observation | None) -> bool:
+        old = None if observation is None else observation.record
+        record = next_record(
+            old, identity=self.identity, duration=self.duration, now=self.wallclock()
+        )
+        updated = await self.api.replace(
+            kube.LEASES, _lease_body(self.name, self.namespace, record, lease)
+        )
+        if old is not None and not is_ours(old, self.identity):
+            log.info(
+                "lease_taken_over", lease=self.name, previous=old.holder or None,
+                transitions=record.transitions,
+            )  # fmt: skip
+        self._seen(updated, record, self.clock(), written=True)
+        return True
+
+    def _seen(self, lease: Body, record: LeaseRecord, now: float, *, written: bool) -> None:
+        self.lease = lease
+        self.observation = Observation(record, now)
+        if written:
+            self.renewed_at = now
+
+    async def release(self, *, timeout: float) -> bool:
+        """Give the Lease up if it is ours (a standby may take it at once); best effort."""
+        if not self.held or self.lease is None or self.observation is None:
+            return True
+        record = released_record(self.observation.record, now=self.wallclock())
+        body = _lease_body(self.name, self.namespace, record, self.lease)
+        try:
+            async with asyncio.timeout(max(timeout, 0.001)):
+                released = await self.api.replace(kube.LEASES, body)
+        except (kube.KubeError, TimeoutError) as exc:  # expires by itself then
+            log.warning("lease_not_released", lease=self.name, error=str(exc) or repr(exc))
+            return False
+        self._seen(released, record, self.clock(), written=False)
+        log.info("lease_released", lease=self.name)
+        return True
+
+
+# -- I/O: every Lease of this operator ---------------------------------------------------------
+
+
+class Elector:
+    """Holds every Lease of this operator, or waits for them; reports losing any of them.
+
+    The metrics endpoint reads the plain attributes: `is_leader`, `leases`, `holders`, `lost`.
+    """
+
+    def __init__(
+        self,
+        api: kube.KubeClient,
+        *,
+        leases: Sequence[str],
+        namespace: str,
+        identity: str,
+        config: LeaderElectionSettings,
+        on_lost: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+        observers: Sequence[Callable[[str, bool], object]] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        validate(config)
+        if not leases:
+            raise ValueError("leader election needs at least one Lease")
+        self.config = config
+        self.identity = names.sanitize_lease_name(identity)
+        self.namespace = namespace
+        self.clock = clock
+        self.on_lost = on_lost
+        self.observers = tuple(observers)  # (lease, leading): e.g. the leader gauge of metrics
+        identity, duration = self.identity, duration_seconds(config.lease_duration)
+        self.candidates = tuple(
+            Candidate(api, name=n, namespace=namespace, identity=identity, duration=duration)
+            for n in leases
+        )
+        for candidate in self.candidates:
+            candidate.clock = clock
+        self.api = api
+        self.is_leader = False
+        self.lost: str | None = None  # why leadership was lost, once it was
+        self._task: asyncio.Task[None] | None = None
+        self._lost_task: asyncio.Task[None] | None = None
+        self._holders_logged: dict[str, str | None] = {}
+
+    @property
+    def leases(self) -> tuple[str, ...]:
+        return tuple(candidate.name for candidate in self.candidates)
+
+    @property
+    def holders(self) -> dict[str, str | None]:
+        """Each Lease's holder as last seen ("" free, None not seen yet)."""
+        return {candidate.name: candidate.holder for candidate in self.candidates}
+
+    async def acquire(self) -> None:
+        """Wait, as long as it takes, until this replica holds every Lease; then lead."""
+        log.info("leader_election_started", leases=self.leases, identity=self.identity)
+        self._report(leading=False)
+        while not await self._round():
+            self._log_holders()
+            pause = self.config.retry_period * (1 + random.random() * JITTER)
+            await asyncio.sleep(pause)
+        self.is_leader = True
+        self._report(leading=True)
+        log.info("leader_elected", leases=self.leases, identity=self.identity)
+        await self._post(names.LEASE_EVENT_BECAME_LEADER)
+
+    async def _round(self) -> bool:
+        """One attempt at each Lease, in order, stopping at the first we cannot have."""
+        for candidate in self.candidates:
+            if not await candidate.attempt(timeout=self.config.renew_deadline):
+                return False
+        return True
+
+    def start(self) -> None:
+        """Keep renewing in the background; call `on_lost` once if any renewal runs late."""
+        self._task = asyncio.create_task(self._renew_forever(), name="leader-election")
+
+    async def _renew_forever(self) -> None:
+        reason = None
+        while reason is None:
+            await asyncio.sleep(self.config.retry_period)
+            reason = await self._renew_round()
+        self.is_leader = False
+        self.lost = reason
+        self._report(leading=False)
+        log.error("leader_election_lost", reason=reason, identity=self.identity)
+        if self.on_lost is not None:
+            # A task of its own: `on_lost` stops the work, which includes `stop()` of ours.
+            self._lost_task = asyncio.create_task(self.on_lost(reason), name="leadership-lost")
+        await self._post(names.LEASE_EVENT_STOPPED_LEADING)
+
+    async def _renew_round(self) -> str | None:
+        """Renew every Lease; the reason to give up, or None while all are ours."""
+        deadline = self.config.renew_deadline
+        for candidate in self.candidates:
+            last = candidate.renewed_at if candidate.renewed_at is not None else self.clock()
+            ok = await candidate.attempt(timeout=last + deadline - self.clock())
+            if not ok and candidate.holder and not candidate.held:
+                return f"Lease {self.namespace}/{candidate.name} is held by {candidate.holder!r}"
+        now = self.clock()
+        for candidate in self.candidates:
+            if candidate.renewed_at is None or now - candidate.renewed_at > deadline:
+                return (
+                    f"failed to renew Lease {self.namespace}/{candidate.name}"
+                    f" within the renew deadline of {deadline:g}s"
+                )
+        return None
+
+    async def stop(self, *, release: bool = True) -> None:
+        """Stop renewing and (unless lost) release the Leases: run once the work has stopped."""
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        was_leader, self.is_leader = self.is_leader, False
+        self._report(leading=False)
+        if release and self.lost is None:
+            for candidate in reversed(self.candidates):
+                await candidate.release(timeout=self.config.renew_deadline)
+            if was_leader:
+                await self._post(names.LEASE_EVENT_STOPPED_LEADING)
+
+    def check(self) -> tuple[bool, str]:
+        """Health (`memo.health_checks["leader-election"]`): False when renewals are overdue."""
+        if not self.is_leader and self.lost is None:
+            waiting = {k: v for k, v in self.holders.items() if v != self.identity}
+            return True, f"standby as {self.identity}, waiting for {waiting or self.leases}"
+        now = self.clock()
+        for candidate in self.candidates:
+            if is_renewal_overdue(
+                candidate.renewed_at, now,
+                lease_duration=self.config.lease_duration, tolerance=HEALTH_TOLERANCE,
+            ):  # fmt: skip
+                return False, f"failed election to renew leadership on lease {candidate.name}"
+        if self.lost is not None:
+            return True, f"stopping: {self.lost}"
+        return True, f"leading as {self.identity}: {', '.join(self.leases)}"
+
+    def _report(self, *, leading: bool) -> None:
+        for observer in self.observers:
+            for name in self.leases:
+                try:
+                    observer(name, leading)
+                except Exception as exc:  # metrics must never break the election
+                    log.warning("leadership_observer_failed", error=repr(exc))
+
+    def _log_holders(self) -> None:
+        """Say who holds what, once per change (client-go's OnNewLeader)."""
+        holders = self.holders
+        if holders != self._holders_logged:
+            self._holders_logged = holders
+            log.info("leader_election_waiting", identity=self.identity, holders=holders)
+
+    async def _post(self, template: str) -> None:
+        """client-go's LeaseLock `RecordEvent`: a Normal event on each Lease (best effort).
+
+        Bounded by the retry period: an API that does not answer must not hold up the work.
+        """
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.config.retry_period):
+                await self._post_all(template)
+
+    async def _post_all(self, template: str) -> None:
+        for candidate in self.candidates:
+            if candidate.lease is None:
+                continue
+            component = names.LEASE_EVENT_COMPONENT.format(
+                lease=candidate.name, identity=self.identity
+            )
+            recorder = events.Recorder(self.api, component=component)
+            message = template.format(identity=self.identity)
+            await recorder.post(
+                candidate.lease, type_=events.NORMAL, reason=names.LEASE_EVENT_REASON,
+                message=message,
+            )  # fmt: skip

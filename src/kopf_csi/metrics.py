@@ -1,0 +1,239 @@
+"""Prometheus metrics under the Go sidecars' names and labels, so that existing dashboards work.
+
+The only module that imports prometheus_client. One `Metrics` per operator, each with its own
+`CollectorRegistry` (never the process-global one), so that several operators in one process
+(tests, the sandbox) count separately. It lives in the memo as `memo.metrics` (`from_memo`).
+
+It implements the hooks the rest of the code calls, and nothing else calls prometheus:
+
+- `observe_call`: `CSIClient`'s call observer → `csi_sidecar_operations_seconds`
+  (csi-lib-utils: labels driver_name, method_name = the full gRPC method, grpc_status_code =
+  Go's code name; buckets 0.1 s … 600 s). The driver's name is `unknown-driver` until
+  GetPluginInfo answered, as upstream.
+- `kopf_csi.observing.ProvisioningObserver` → `controller_persistentvolumeclaim_provision_*`
+  and `controller_persistentvolume_delete_*` (the provisioner library's, labels class/source).
+- `kopf_csi.queueing.QueueObserver` → client-go's `workqueue_*` metrics (label `name`).
+  Depth and the in-flight durations are read from the queues at scrape time.
+- `leader`: `leader_election_master_status{name}`, for the leader-election module.
+
+Upstream's `migrated` label exists only for drivers that replace an in-tree plugin (CSI
+migration); this operator does not translate in-tree volumes, so the label is never added.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kopf_csi import names
+from kopf_csi.csi.codes import Code
+from kopf_csi.queueing import WorkQueue
+
+__all__ = [
+    "CONTENT_TYPE",
+    "DEFAULT_BUCKETS",
+    "OPERATION_BUCKETS",
+    "QUEUE_BUCKETS",
+    "Metrics",
+    "from_memo",
+    "grpc_code_name",
+]
+
+CONTENT_TYPE = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
+"""The classic text format (0.0.4), as the Go sidecars serve it without negotiation; every
+Prometheus reads it (the Python client's newer default, 1.0.0, only adds UTF-8 names)."""
+
+OPERATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600)
+"""csi-lib-utils' buckets for CSI call durations, in seconds."""
+
+DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""Go's `prometheus.DefBuckets`, which the provisioner library's histograms use (Python's
+defaults differ: they would break dashboards that select `le` values)."""
+
+QUEUE_BUCKETS = tuple(float(f"1e{exponent}") for exponent in range(-6, 4))
+"""client-go's workqueue buckets: `ExponentialBuckets(10e-7, 10, 10)`, 1 µs … 1000 s."""
+
+# Help texts (ours). component-base prefixes the stability level, as we do.
+_HELP_OPERATIONS = "[ALPHA] Duration of CSI calls, by driver, gRPC method and gRPC status code"
+_HELP_PROVISION = "Volumes provisioned for claims, by storage class and data source kind"
+_HELP_PROVISION_FAILED = "Failed attempts to provision a claim, by storage class and source kind"
+_HELP_PROVISION_DURATION = "Seconds a successful provisioning attempt took (failures excluded)"
+_HELP_DELETE = "Released volumes deleted, by storage class"
+_HELP_DELETE_FAILED = "Failed attempts to delete a released volume, by storage class"
+_HELP_DELETE_DURATION = "Seconds a successful deletion attempt took (failures excluded)"
+_HELP_DEPTH = "[BETA] Keys waiting in the work queue"
+_HELP_ADDS = "[BETA] Keys added to the work queue"
+_HELP_LATENCY = "[BETA] Seconds a key waited in the work queue before a worker took it"
+_HELP_WORK = "[BETA] Seconds a worker spent on one key"
+_HELP_UNFINISHED = "[BETA] Seconds of work in flight, not yet in work_duration (stuck workers)"
+_HELP_LONGEST = "[BETA] Seconds the longest run in flight has been running"
+_HELP_RETRIES = "[BETA] Delayed re-adds (retries) of the work queue"
+_HELP_LEADER = "1 while this replica holds the named lease, 0 while it waits"
+
+
+def grpc_code_name(code: Code) -> str:
+    """Go's `codes.Code.String()`: `OK`, `Canceled`, `DeadlineExceeded`, ..."""
+    return "OK" if code is Code.OK else code.title
+
+
+class Metrics:
+    """One operator's metrics: a registry of its own and the hooks that feed it."""
+
+    def __init__(self, *, process: bool = True) -> None:
+        # `*_created` series are a Python client extra; the Go sidecars expose none.
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.driver_name = names.METRIC_DRIVER_UNKNOWN
+        registry = self.registry
+        self.operations = Histogram(
+            names.METRIC_CSI_OPERATIONS, _HELP_OPERATIONS,
+            labelnames=(
+                names.LABEL_DRIVER_NAME, names.LABEL_METHOD_NAME, names.LABEL_GRPC_STATUS_CODE,
+            ),
+            buckets=OPERATION_BUCKETS, registry=registry,
+        )  # fmt: skip
+        claim_labels = (names.LABEL_CLASS, names.LABEL_SOURCE)
+        self.provision_total = Counter(
+            names.METRIC_PROVISION_TOTAL, _HELP_PROVISION, claim_labels, registry=registry
+        )
+        self.provision_failures = Counter(
+            names.METRIC_PROVISION_FAILED, _HELP_PROVISION_FAILED, claim_labels, registry=registry
+        )
+        self.provision_duration = Histogram(
+            names.METRIC_PROVISION_DURATION, _HELP_PROVISION_DURATION, claim_labels,
+            buckets=DEFAULT_BUCKETS, registry=registry,
+        )  # fmt: skip
+        class_label = (names.LABEL_CLASS,)
+        self.delete_total = Counter(
+            names.METRIC_DELETE_TOTAL, _HELP_DELETE, class_label, registry=registry
+        )
+        self.delete_failures = Counter(
+            names.METRIC_DELETE_FAILED, _HELP_DELETE_FAILED, class_label, registry=registry
+        )
+        self.delete_duration = Histogram(
+            names.METRIC_DELETE_DURATION, _HELP_DELETE_DURATION, class_label,
+            buckets=DEFAULT_BUCKETS, registry=registry,
+        )  # fmt: skip
+        queue_label = (names.LABEL_QUEUE_NAME,)
+        self.queue_adds = Counter(
+            names.METRIC_QUEUE_ADDS, _HELP_ADDS, queue_label, registry=registry
+        )
+        self.queue_retries = Counter(
+            names.METRIC_QUEUE_RETRIES, _HELP_RETRIES, queue_label, registry=registry
+        )
+        self.queue_latency = Histogram(
+            names.METRIC_QUEUE_LATENCY, _HELP_LATENCY, queue_label,
+            buckets=QUEUE_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.queue_work = Histogram(
+            names.METRIC_QUEUE_WORK_DURATION, _HELP_WORK, queue_label,
+            buckets=QUEUE_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.leader_status = Gauge(
+            names.METRIC_LEADER_STATUS, _HELP_LEADER, ("name",), registry=registry
+        )
+        self.queues: dict[str, WorkQueue[Any]] = {}
+        """The started queues by name, read at scrape time (the newest of a name wins)."""
+        registry.register(_QueueCollector(self.queues))
+        if process:
+            prometheus_client.ProcessCollector(registry=registry)
+
+    # -- CSI calls (`CSIClient(observers=[metrics.observe_call])`) ------------------------------
+
+    def set_driver_name(self, name: str) -> None:
+        """Label the following calls with the driver's name (upstream: `SetDriverName`)."""
+        self.driver_name = name or names.METRIC_DRIVER_UNKNOWN
+
+    def observe_call(self, method: str, code: Code, seconds: float) -> None:
+        self.operations.labels(self.driver_name, method, grpc_code_name(code)).observe(seconds)
+
+    # -- provisioning (`kopf_csi.observing.ProvisioningObserver`) -------------------------------
+
+    def provisioned(self, *, class_name: str, source: str, seconds: float) -> None:
+        self.provision_duration.labels(class_name, source).observe(seconds)
+        self.provision_total.labels(class_name, source).inc()
+
+    def provision_failed(self, *, class_name: str, source: str) -> None:
+        self.provision_failures.labels(class_name, source).inc()
+
+    def deleted(self, *, class_name: str, seconds: float) -> None:
+        self.delete_duration.labels(class_name).observe(seconds)
+        self.delete_total.labels(class_name).inc()
+
+    def delete_failed(self, *, class_name: str) -> None:
+        self.delete_failures.labels(class_name).inc()
+
+    # -- work queues (`kopf_csi.queueing.QueueObserver`) ---------------------------------------
+
+    def started(self, queue: WorkQueue[Any]) -> None:
+        self.queues[queue.name] = queue
+        # Present from the start, as client-go creates them with the queue: zero, not absent.
+        for family in (self.queue_adds, self.queue_retries, self.queue_latency, self.queue_work):
+            family.labels(queue.name)
+
+    def added(self, queue: str) -> None:
+        self.queue_adds.labels(queue).inc()
+
+    def retried(self, queue: str) -> None:
+        self.queue_retries.labels(queue).inc()
+
+    def waited(self, queue: str, seconds: float) -> None:
+        self.queue_latency.labels(queue).observe(seconds)
+
+    def worked(self, queue: str, seconds: float) -> None:
+        self.queue_work.labels(queue).observe(seconds)
+
+    # -- leader election ------------------------------------------------------------------------
+
+    def leader(self, name: str, leading: bool) -> None:
+        """Whether this replica holds the lease `name` (client-go's leader gauge)."""
+        self.leader_status.labels(name).set(1 if leading else 0)
+
+    # -- exposition -----------------------------------------------------------------------------
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format (what `/metrics` serves)."""
+        return prometheus_client.generate_latest(self.registry)
+
+
+class _QueueCollector(Collector):
+    """The gauges client-go keeps current with a ticker, computed when scraped instead."""
+
+    def __init__(self, queues: dict[str, WorkQueue[Any]]) -> None:
+        self._queues = queues
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def _families(self) -> list[Metric]:
+        label = [names.LABEL_QUEUE_NAME]
+        depth = GaugeMetricFamily(names.METRIC_QUEUE_DEPTH, _HELP_DEPTH, labels=label)
+        unfinished = GaugeMetricFamily(
+            names.METRIC_QUEUE_UNFINISHED, _HELP_UNFINISHED, labels=label
+        )
+        longest = GaugeMetricFamily(names.METRIC_QUEUE_LONGEST_RUNNING, _HELP_LONGEST, labels=label)
+        now = time.monotonic()
+        for name, queue in sorted(self._queues.items()):
+            running = [now - since for since in queue.processing_since()]
+            depth.add_metric([name], queue.depth)
+            unfinished.add_metric([name], sum(running))
+            longest.add_metric([name], max(running, default=0.0))
+        return [depth, unfinished, longest]
+
+
+def from_memo(memo: Any) -> Metrics:
+    """The operator's metrics (`memo.metrics`), created by whichever handler asks first."""
+    metrics = getattr(memo, "metrics", None)
+    if not isinstance(metrics, Metrics):
+        metrics = Metrics()
+        memo.metrics = metrics
+    return metrics

@@ -1,0 +1,93 @@
+"""Which handler modules the operator runs, and loading them into a kopf registry.
+
+`DEFAULT_MODULES` is the canonical list: `kopf-csi run` loads it (unless told not to) plus the
+user's own modules; the test and benchmark runners load it too. Each module is either a dotted
+name (`handlers.provisioner`, `mypkg.handlers`) or a path to a Python file (`./my_handlers.py`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pathlib
+import sys
+from collections.abc import Iterable
+
+import kopf
+
+__all__ = ["DEFAULT_MODULES", "ModuleLoadError", "is_path", "load"]
+
+DEFAULT_MODULES = (
+    "handlers.observability",  # metrics and probes: before anything waits (driver, leadership)
+    "handlers.lifecycle",
+    "handlers.caches",
+    "handlers.provisioner",
+    "handlers.capacity",
+    "handlers.attacher",
+    "handlers.health",
+    "handlers.snapshotter",
+    "handlers.resizer",
+)
+"""Start-up first (it fills the memo the others wait for), then the caches, then controllers."""
+
+
+class ModuleLoadError(Exception):
+    """A module named by the user does not exist (its own import errors are not this)."""
+
+
+def is_path(module: str) -> bool:
+    """A file path (`handlers/mine.py`, `./x.py`) rather than a dotted module name."""
+    return module.endswith(".py") or "/" in module or "\\" in module
+
+
+def load(modules: Iterable[str], *, registry: kopf.OperatorRegistry) -> None:
+    """Import `modules` in order with `registry` as kopf's default, so their handlers land in it.
+
+    A module imported before (by an earlier run in this process) is re-executed: its decorators
+    must register into this registry too. A file is executed under a name of its own.
+    """
+    previous = kopf.get_default_registry()
+    kopf.set_default_registry(registry)
+    try:
+        for module in modules:
+            if is_path(module):
+                _load_file(pathlib.Path(module))
+            else:
+                _load_module(module)
+    finally:
+        kopf.set_default_registry(previous)
+
+
+def _load_module(name: str) -> None:
+    if name in sys.modules:
+        importlib.reload(sys.modules[name])
+        return
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        # Only when the named module itself (or its package) is missing; a module that is there
+        # but fails on a missing import of its own is the user's bug, shown with its traceback.
+        if exc.name is not None and (name == exc.name or name.startswith(f"{exc.name}.")):
+            raise ModuleLoadError(f"no module named {name!r}") from None
+        raise
+
+
+def _load_file(path: pathlib.Path) -> None:
+    if not path.is_file():
+        raise ModuleLoadError(f"no such handler file: {str(path)!r}")
+    path = path.resolve()
+    # As `kopf run file.py` and `python file.py` do: the file's directory is importable, so the
+    # file can import its siblings.
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    name = f"kopf_csi_user_{path.stem}_{abs(hash(str(path))):x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModuleLoadError(f"cannot load {str(path)!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise

@@ -1,0 +1,227 @@
+"""Pure decisions of the csi-snapshotter: which contents are ours, and what each one needs next.
+
+The port of `syncContent`, `shouldDelete`, `isDriverMatch`, `ShouldEnqueueContentChange`,
+`makeSnapshotName` and the status arithmetic of `updateSnapshotContentStatus`
+(external-snapshotter pkg/sidecar-controller, pkg/utils). Plain dicts in, plain values and
+patches out: no I/O, no kopf.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kopf_csi import names
+
+__all__ = [
+    "Action",
+    "annotations_of",
+    "cleared_status_patch",
+    "error_status_patch",
+    "is_deleting",
+    "is_driver_match",
+    "is_ready",
+    "next_action",
+    "release_patch",
+    "should_delete",
+    "should_enqueue_change",
+    "snapshot_handle",
+    "snapshot_name",
+    "updated_status",
+]
+
+Body = Mapping[str, Any]
+ClassLookup = Callable[[str], Body | None]
+
+
+class Action(enum.Enum):
+    """What `syncContent` does with a content of our driver now."""
+
+    DELETE_SNAPSHOT = "delete"
+    """Being deleted, policy Delete, a snapshot on the driver: DeleteSnapshot, clear the status."""
+    RELEASE = "release"
+    """Being deleted, and nothing (left) to delete on the driver: remove the finalizer."""
+    CREATE = "create"
+    """Dynamic and without a status: CreateSnapshot."""
+    READY = "ready"
+    """Ready to use: nothing to call; drop a left-over being-created annotation."""
+    CHECK = "check"
+    """Not ready (or failed before): poll it; a dynamic one by CreateSnapshot again (upstream
+    `checkandUpdateContentStatusOperation`), a pre-provisioned one by its status RPC."""
+
+
+def _meta(obj: Body) -> Body:
+    return obj.get("metadata") or {}
+
+
+def _spec(obj: Body) -> Body:
+    return obj.get("spec") or {}
+
+
+def _source(obj: Body) -> Body:
+    return _spec(obj).get("source") or {}
+
+
+def annotations_of(obj: Body) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def is_deleting(obj: Body) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
+
+
+def is_ready(content: Body) -> bool:
+    """`contentIsReady`."""
+    return (content.get("status") or {}).get("readyToUse") is True
+
+
+def snapshot_handle(content: Body) -> str | None:
+    """The driver's id of the snapshot: from the status, else from a pre-provisioned source."""
+    handle = (content.get("status") or {}).get("snapshotHandle") or _source(content).get(
+        "snapshotHandle"
+    )
+    return str(handle) if handle else None
+
+
+def is_driver_match(content: Body, *, driver: str, class_of: ClassLookup) -> bool:
+    """`isDriverMatch`: a source, our driver, and no class of another driver."""
+    source = _source(content)
+    if not source.get("volumeHandle") and not source.get("snapshotHandle"):
+        return False
+    if _spec(content).get("driver") != driver:
+        return False
+    class_name = _spec(content).get("volumeSnapshotClassName")
+    if class_name:
+        snapshot_class = class_of(str(class_name))
+        if snapshot_class is not None and snapshot_class.get("driver") != driver:
+            return False
+    return True
+
+
+def should_delete(content: Body) -> bool:
+    """`shouldDelete`: deleted, and either an unbound pre-provisioned content, or being deleted
+    by the snapshot-controller and not being created (then wait for CreateSnapshot's answer)."""
+    if not is_deleting(content):
+        return False
+    ref = _spec(content).get("volumeSnapshotRef") or {}
+    if _source(content).get("snapshotHandle") and not ref.get("uid"):
+        return True
+    if names.ANN_SNAPSHOT_BEING_CREATED in annotations_of(content):
+        return False
+    return names.ANN_SNAPSHOT_BEING_DELETED in annotations_of(content)
+
+
+def _is_group_member(content: Body) -> bool:
+    return bool((content.get("status") or {}).get("volumeGroupSnapshotHandle"))
+
+
+def next_action(content: Body) -> Action:
+    """`syncContent`'s dispatch."""
+    status = content.get("status")
+    if should_delete(content):
+        deletes = _spec(content).get("deletionPolicy") == "Delete"
+        has_snapshot = bool((status or {}).get("snapshotHandle"))
+        if deletes and has_snapshot and not _is_group_member(content):
+            return Action.DELETE_SNAPSHOT
+        return Action.RELEASE
+    if _source(content).get("volumeHandle") and status is None:
+        return Action.CREATE
+    if is_ready(content):
+        return Action.READY
+    return Action.CHECK
+
+
+def snapshot_name(prefix: str, uid: str, uuid_length: int = -1) -> str:
+    """`makeSnapshotName`: `<prefix>-<uid>`; with a length, the uid without dashes, cut."""
+    if uuid_length == -1:
+        return f"{prefix}-{uid}"
+    return f"{prefix}-{uid.replace('-', '')[:uuid_length]}"
+
+
+def should_enqueue_change(old: Body | None, new: Body) -> bool:
+    """`ShouldEnqueueContentChange`: ignore changes of the resourceVersion, the status, the
+    managed fields, the finalizers and our own being-created annotation. They are our writes,
+    and re-running the content at once would defeat its backoff."""
+    if old is None:
+        return True
+    return _sanitized(old) != _sanitized(new)
+
+
+def _sanitized(obj: Body) -> Body:
+    clean = {k: v for k, v in obj.items() if k != "status"}
+    meta = {
+        k: v
+        for k, v in _meta(obj).items()
+        if k not in ("resourceVersion", "managedFields", "finalizers")
+    }
+    kept = {k: v for k, v in annotations_of(obj).items() if k != names.ANN_SNAPSHOT_BEING_CREATED}
+    meta.pop("annotations", None)
+    if kept:
+        meta["annotations"] = kept
+    clean["metadata"] = meta
+    return clean
+
+
+def updated_status(
+    current: Body | None, *, handle: str, ready: bool, created_ns: int, size: int
+) -> dict[str, Any] | None:
+    """`updateSnapshotContentStatus`: the new status, or None when nothing changes.
+
+    Only empty fields are filled in, except `readyToUse`, which follows the driver (and a
+    snapshot turning ready drops an old error). `restoreSize` is set only for a size above 0.
+    """
+    if current is None:
+        status: dict[str, Any] = {
+            "snapshotHandle": handle,
+            "readyToUse": ready,
+            "creationTime": created_ns,
+        }
+        if size > 0:
+            status["restoreSize"] = size
+        return status
+    status = copy.deepcopy(dict(current))
+    changed = False
+    if status.get("snapshotHandle") is None:
+        status["snapshotHandle"], changed = handle, True
+    if status.get("readyToUse") is None or status["readyToUse"] != ready:
+        status["readyToUse"], changed = ready, True
+        if ready:
+            status.pop("error", None)
+    if status.get("creationTime") is None:
+        status["creationTime"], changed = created_ns, True
+    if status.get("restoreSize") is None and size > 0:
+        status["restoreSize"], changed = size, True
+    return status if changed else None
+
+
+def error_status_patch(content: Body, message: str, now: str) -> dict[str, Any] | None:
+    """`updateContentErrorStatusWithEvent`'s status: not ready, with the error; None when that
+    very message is already there (then neither the status nor an event is written)."""
+    status = content.get("status")
+    if status is not None and (status.get("error") or {}).get("message") == message:
+        return None
+    error = {"time": now, "message": message}
+    if status is None:
+        return {"status": {"readyToUse": False, "error": error}}
+    return {"status": {"error": error, "readyToUse": False}}
+
+
+def cleared_status_patch() -> dict[str, Any]:
+    """`clearVolumeContentStatus`: the snapshot is gone from the driver."""
+    gone = {"snapshotHandle": None, "readyToUse": None, "creationTime": None, "restoreSize": None}
+    return {"status": gone}
+
+
+def release_patch(content: Body) -> list[dict[str, Any]] | None:
+    """`removeContentFinalizer`: a JSON patch dropping the bound-protection finalizer (only it),
+    guarded by a `test` of the list it was computed from; None when it is not there."""
+    finalizers = list(_meta(content).get("finalizers") or [])
+    if names.FINALIZER_SNAPSHOT_CONTENT_BOUND not in finalizers:
+        return None
+    remaining = [f for f in finalizers if f != names.FINALIZER_SNAPSHOT_CONTENT_BOUND]
+    return [
+        {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+        {"op": "replace", "path": "/metadata/finalizers", "value": remaining or None},
+    ]

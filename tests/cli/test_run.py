@@ -1,0 +1,204 @@
+"""`kopf-csi run` as a user runs it: a process of its own against the cluster and the driver.
+
+We test these aspects:
+- flags and variables reach the handlers: the PV is named with `--volume-name-prefix`, and a
+  user's module file (`-m path.py`) is loaded beside the defaults and sees `memo.settings`;
+- SIGTERM stops it cleanly, with exit code 0;
+- a bad value or an unknown module: exit code 2, one line on stderr, no traceback;
+- an operator that cannot start (no driver at the address): exit code 1, the reason logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import sys
+import textwrap
+import time
+
+import pytest
+
+from kopf_csi.driver import Driver
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.kcm import ControllerManager
+
+from ..conftest import DRIVER_NAME, seed_node, until
+
+USER_MODULE = textwrap.dedent(
+    """
+    import json
+    import os
+    import pathlib
+
+    import kopf
+
+
+    @kopf.on.startup(id="user.startup")
+    async def remember(memo, **_):
+        settings = memo.settings
+        pathlib.Path(os.environ["USER_MODULE_MARK"]).write_text(json.dumps({
+            "timeout": settings.csi.timeout,
+            "attacher_timeout": settings.attacher.timeout,
+            "workers": settings.workers.provisioner,
+        }))
+    """
+)
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    """The test's environment without any KOPF_CSI_ variable a developer may have set."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("KOPF_CSI_")}
+    env.pop("KUBECONFIG", None)
+    env.pop("CSI_ADDRESS", None)
+    return {**env, **extra}
+
+
+async def _kopf_csi(
+    *args: str, env: dict[str, str], cwd: pathlib.Path
+) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kopf_csi", *args, env=env, cwd=cwd,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def test_run_provisions_a_claim_and_stops_on_sigterm(
+    cluster: EmulatedCluster,
+    kcm: ControllerManager,
+    driver: Driver,
+    kubeconfig: pathlib.Path,
+    socket_path: pathlib.Path,
+    tmp_path: pathlib.Path,
+) -> None:
+    seed_node(cluster)
+    cluster.create(
+        "storageclasses",
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"},
+         "provisioner": DRIVER_NAME, "volumeBindingMode": "Immediate", "reclaimPolicy": "Delete"},
+    )  # fmt: skip
+    module = tmp_path / "user_handlers.py"
+    module.write_text(USER_MODULE)
+    mark = tmp_path / "mark.json"
+    env = _environment(
+        USER_MODULE_MARK=str(mark),
+        KOPF_CSI_KUBECONFIG=str(kubeconfig),  # from the environment ...
+        KOPF_CSI_WORKER_THREADS="7",
+        KOPF_CSI_TIMEOUT="9s",  # ... and overridden by the flag below
+        KOPF_CSI_LOG_FORMAT="json",
+    )
+    process = await _kopf_csi(
+        "run", f"-csi-address=unix://{socket_path}", "--timeout", "1m30s",
+        "--volume-name-prefix=vol", "-m", str(module), env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        cluster.create(
+            "persistentvolumeclaims",
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "data", "namespace": "default"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                      "resources": {"requests": {"storage": "1Mi"}}}},
+            namespace="default",
+        )  # fmt: skip
+
+        def bound() -> str:
+            assert process.returncode is None, "kopf-csi run exited early"
+            claim = cluster.get("persistentvolumeclaims", "default", "data") or {}
+            phase = claim.get("status", {}).get("phase")
+            return str(claim["spec"].get("volumeName", "")) if phase == "Bound" else ""
+
+        volume = await until(bound, timeout=30)
+        assert volume.startswith("vol-")
+        assert len(driver.state.volumes) == 1
+        assert mark.read_text() == '{"timeout": 90.0, "attacher_timeout": 90.0, "workers": 7}'
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    log = stderr.decode()
+    assert process.returncode == 0, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    assert '"event": "operator_stopped"' in log
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--timeout=soon"], "--timeout='soon' is not a duration", id="bad-duration"),
+        pytest.param(["-m", "no_such_module"], "no module named 'no_such_module'",
+                     id="unknown-module"),
+        pytest.param(["-m", "missing/handlers.py"], "no such handler file: 'missing/handlers.py'",
+                     id="unknown-file"),
+        pytest.param(["--strict-topolgy"], "did you mean --strict-topology?", id="unknown-flag"),
+    ],
+)  # fmt: skip
+async def test_bad_input_exits_2_with_one_line(
+    args: list[str], message: str, tmp_path: pathlib.Path
+) -> None:
+    process = await _kopf_csi("run", *args, env=_environment(), cwd=tmp_path)
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 2
+    assert stdout == b""
+    lines = stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("kopf-csi run: error: ")
+    assert message in lines[0]
+
+
+async def test_an_operator_that_cannot_start_exits_1(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    # All the default modules: the controllers' start-ups give up at once, saying why.
+    env = _environment(KUBECONFIG=str(kubeconfig))
+    started = time.monotonic()
+    process = await _kopf_csi(
+        "run", f"--csi-address={tmp_path / 'missing.sock'}", "--csi-connect-timeout=300ms",
+        "--log-format=json", env=env, cwd=tmp_path,
+    )  # fmt: skip
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert time.monotonic() - started < 20  # not a connect timeout + 10 s per controller
+    log = stderr.decode()
+    assert process.returncode == 1, log[-3000:]
+    last = json.loads(log.splitlines()[-1])
+    assert last["event"] == "operator_failed"
+    failed = last["failed_handlers"]
+    assert "cannot start without the CSI driver" in failed["lifecycle.connect"]
+    assert "lifecycle.connect failed: cannot start" in failed["provisioner.start"]
+
+
+STOPPING_MODULE = textwrap.dedent(
+    """
+    import kopf
+
+    from kopf_csi import runtime
+
+
+    @kopf.on.login(id="user.login")
+    async def login(memo, **_):
+        return await runtime.connection_info(runtime.settings_from_memo(memo))
+
+
+    @kopf.on.startup(id="user.stop")
+    async def stop(memo, **_):
+        runtime.request_stop(memo, "told to stop")
+    """
+)
+
+
+async def test_an_operator_that_stops_itself_exits_1(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """`runtime.request_stop` (a lost Lease) ends the process with an error, as in Go."""
+    module = tmp_path / "stopping.py"
+    module.write_text(STOPPING_MODULE)
+    process = await _kopf_csi(
+        "run", "--no-default-modules", "-m", str(module), f"--kubeconfig={kubeconfig}",
+        "--log-format=json", env=_environment(), cwd=tmp_path,
+    )  # fmt: skip
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    log = stderr.decode()
+    assert process.returncode == 1, log[-3000:]
+    last = json.loads(log.splitlines()[-1])
+    assert (last["event"], last["reason"]) == ("operator_stopped_itself", "told to stop")

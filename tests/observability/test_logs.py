@@ -1,0 +1,179 @@
+"""The log format: JSON lines in a cluster, console lines on a terminal, one stream for all.
+
+We test these aspects:
+- JSON mode: every line parses; ours and kopf's records carry `kind`, `namespace`, `name`,
+  `uid` of the object they are about (kopf's `k8s_ref`, our `obj=` and `bound_object`), and
+  kopf's plumbing (its settings object) never reaches a line;
+- console mode: readable `key=value` lines, not JSON; the default follows the terminal;
+- end to end: during a provisioning run, kopf's per-object records and ours about the claim
+  come through the same handler, as JSON, each with the claim's identity.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import kopf
+import pytest
+import structlog
+from kopf._core.actions.loggers import ObjectLogger  # private, but kopf is pinned exactly
+
+from kopf_csi import logs
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.kcm import ControllerManager
+from kopf_csi.testing.operator import OperatorThread
+
+from ..conftest import until
+from ..provisioner.conftest import make_claim, make_storage_class, wait_for_bound
+
+CLAIM = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolumeClaim",
+    "metadata": {"name": "data", "namespace": "apps", "uid": "1234-abcd"},
+}
+IDENTITY = {
+    "kind": "PersistentVolumeClaim",
+    "namespace": "apps",
+    "name": "data",
+    "uid": "1234-abcd",
+}
+
+
+class Stream(io.StringIO):
+    def __init__(self, *, tty: bool = False) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def lines(self) -> list[str]:
+        return self.getvalue().splitlines()
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.lines()]
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level, config = root.handlers[:], root.level, structlog.get_config()
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.configure(**config)
+
+
+@pytest.fixture
+def json_stream(restore_logging: None) -> Stream:
+    stream = Stream()
+    logs.configure(level="DEBUG", format="json", stream=stream, cache_loggers=False)
+    return stream
+
+
+def test_json_lines_carry_the_object_identity(json_stream: Stream) -> None:
+    log = structlog.get_logger("kopf_csi.test")
+    log.info("passed_object", obj=CLAIM, extra_key=1)
+    with logs.bound_object(CLAIM):
+        log.warning("bound_object")
+    log.info("no_object")
+    ObjectLogger(body=kopf.Body(CLAIM), settings=kopf.OperatorSettings()).info("kopf says %s", "hi")
+    logging.getLogger("aiohttp.server").warning("a foreign record")
+
+    records = json_stream.records()
+    assert [r["event"] for r in records] == [
+        "passed_object", "bound_object", "no_object", "kopf says hi", "a foreign record",
+    ]  # fmt: skip
+    for record in records[:2] + records[3:4]:
+        assert IDENTITY.items() <= record.items(), record
+    assert records[0]["extra_key"] == 1
+    assert "obj" not in records[0]
+    assert not set(IDENTITY) & set(records[2])  # the binding ended with the block
+    assert records[3]["logger"] == "kopf.objects"
+    assert not {"settings", "k8s_ref", "k8s_skip"} & set(records[3])
+    for record in records:
+        assert {"timestamp", "level", "logger", "event"} <= set(record)
+    assert records[1]["level"] == "warning"
+
+
+def test_cluster_scoped_objects_have_no_namespace(json_stream: Stream) -> None:
+    volume = {"kind": "PersistentVolume", "metadata": {"name": "pvc-1", "uid": "u-1"}}
+    structlog.get_logger("kopf_csi.test").info("x", obj=volume)
+    (record,) = json_stream.records()
+    assert (record["kind"], record["name"], record["uid"]) == ("PersistentVolume", "pvc-1", "u-1")
+    assert "namespace" not in record
+    assert logs.object_fields({"metadata": {"name": "va"}}, kind="VolumeAttachment") == {
+        "kind": "VolumeAttachment", "name": "va",
+    }  # fmt: skip
+
+
+def test_console_lines_are_readable(restore_logging: None) -> None:
+    stream = Stream(tty=False)
+    logs.configure(level="INFO", format="console", stream=stream, cache_loggers=False)
+    structlog.get_logger("kopf_csi.test").info("volume_provisioned", obj=CLAIM, volume="pvc-1")
+    logging.getLogger("kopf.activities").info("Activity 'x' succeeded.")
+    first, second = stream.lines()
+    assert not first.startswith("{")
+    assert "volume_provisioned" in first
+    for key, value in {**IDENTITY, "volume": "pvc-1"}.items():
+        assert f"{key}={value}" in first
+    assert "\x1b[" not in first  # no colours off a terminal
+    assert "Activity 'x' succeeded." in second
+
+
+@pytest.mark.parametrize(("tty", "json_expected"), [(False, True), (True, False)])
+def test_the_default_format_follows_the_terminal(
+    restore_logging: None, tty: bool, json_expected: bool
+) -> None:
+    stream = Stream(tty=tty)
+    logs.configure(stream=stream, cache_loggers=False)
+    structlog.get_logger("kopf_csi.test").info("hello")
+    assert stream.getvalue().startswith("{") is json_expected
+
+
+def test_debug_lines_are_dropped_at_info(restore_logging: None) -> None:
+    stream = Stream()
+    logs.configure(level="INFO", format="json", stream=stream, cache_loggers=False)
+    structlog.get_logger("kopf_csi.test").debug("hidden")
+    logging.getLogger("kopf").debug("hidden too")
+    assert stream.getvalue() == ""
+
+
+def test_an_unknown_format_is_refused(restore_logging: None) -> None:
+    with pytest.raises(ValueError, match="'xml' is not one of json, console"):
+        logs.configure(format="xml", stream=Stream())  # type: ignore[arg-type]
+
+
+async def test_kopf_and_our_records_share_one_json_stream(
+    json_stream: Stream, cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread
+) -> None:
+    await make_storage_class(cluster, operator, "sc")
+    claim = make_claim(cluster, "data")
+    await wait_for_bound(cluster, claim)
+
+    # The claim is bound as soon as its PV exists: the line after that may still be coming.
+    await until(lambda: '"volume_provisioned"' in json_stream.getvalue())
+    records = json_stream.records()  # every line is JSON, or this fails
+    identity = {
+        "kind": "PersistentVolumeClaim", "namespace": "default", "name": "data",
+        "uid": claim["metadata"]["uid"],
+    }  # fmt: skip
+    ours = [r for r in records if r.get("event") == "volume_provisioned"]
+    assert len(ours) == 1
+    assert identity.items() <= ours[0].items()
+    kopfs = [
+        r for r in records
+        if r["logger"].startswith("kopf") and r.get("uid") == identity["uid"]
+    ]  # fmt: skip
+    assert kopfs, "no kopf record about the claim"
+    for record in kopfs:
+        assert identity.items() <= record.items()
+    assert {r["logger"] for r in records} >= {"kopf_csi.provisioning", "kopf_csi.endpoints"}
+    # CSI calls of the claim's work carry its identity too (contextvars, through the client).
+    creates = [r for r in records if r.get("method") == "/csi.v1.Controller/CreateVolume"]
+    assert creates
+    assert all(identity.items() <= r.items() for r in creates)

@@ -1,0 +1,147 @@
+"""Metrics after real provisioning runs: kopf + the emulated API + the reference driver.
+
+We test these aspects, all scraped over HTTP from the operator's `/metrics`:
+- every CSI call counted under csi-lib-utils' name and labels (the full gRPC method, Go's
+  status code name, the driver's name once known, `unknown-driver` before);
+- the provisioner library's provision and delete counters and histograms, labelled by class
+  (and source), including failed attempts from injected driver faults;
+- client-go's work-queue metrics for the queues the provisioner runs;
+- the exact buckets the Go metrics use (dashboards select `le` values).
+"""
+
+from __future__ import annotations
+
+from kopf_csi.csi.codes import Code
+from kopf_csi.driver import Driver
+from kopf_csi.metrics import DEFAULT_BUCKETS, OPERATION_BUCKETS, QUEUE_BUCKETS
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.kcm import ControllerManager
+from kopf_csi.testing.operator import OperatorThread
+
+from ..conftest import DRIVER_NAME
+from ..provisioner.conftest import make_claim, make_storage_class, wait_for_bound, wait_for_gone
+from .conftest import labelled, scrape, scrape_until, value
+
+CREATE = "/csi.v1.Controller/CreateVolume"
+DELETE = "/csi.v1.Controller/DeleteVolume"
+OPS = "csi_sidecar_operations_seconds"
+
+
+def _buckets(samples: list, name: str, /, **labels: str) -> list[float]:
+    return sorted(
+        float(s.labels["le"])
+        for s in samples
+        if s.name == f"{name}_bucket" and labels.items() <= s.labels.items()
+        and s.labels["le"] != "+Inf"
+    )  # fmt: skip
+
+
+async def test_a_provisioned_claim_shows_in_the_metrics(
+    cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread
+) -> None:
+    await make_storage_class(cluster, operator, "fast")
+    claim = make_claim(cluster, "data", storage_class="fast")
+    await wait_for_bound(cluster, claim)
+
+    samples = await scrape(operator)
+    ok = {"driver_name": DRIVER_NAME, "method_name": CREATE, "grpc_status_code": "OK"}
+    assert value(samples, f"{OPS}_count", **ok) == 1
+    assert value(samples, f"{OPS}_sum", **ok) > 0
+    assert _buckets(samples, OPS, **ok) == sorted(float(b) for b in OPERATION_BUCKETS)
+    # The start-up calls, before the driver's name is known, count as `unknown-driver`.
+    assert value(
+        samples, f"{OPS}_count", driver_name="unknown-driver",
+        method_name="/csi.v1.Identity/GetPluginInfo", grpc_status_code="OK",
+    ) == 1  # fmt: skip
+    assert labelled(
+        samples, f"{OPS}_count", driver_name="unknown-driver", method_name="/csi.v1.Identity/Probe"
+    )
+
+    claim_labels = {"class": "fast", "source": ""}
+    assert value(samples, "controller_persistentvolumeclaim_provision_total", **claim_labels) == 1
+    assert value(
+        samples, "controller_persistentvolumeclaim_provision_duration_seconds_count",
+        **claim_labels,
+    ) == 1  # fmt: skip
+    assert _buckets(
+        samples, "controller_persistentvolumeclaim_provision_duration_seconds", **claim_labels
+    ) == sorted(float(b) for b in DEFAULT_BUCKETS)
+    assert not labelled(samples, "controller_persistentvolumeclaim_provision_failed_total")
+
+    assert value(samples, "workqueue_adds_total", name="claims") >= 1
+    assert value(samples, "workqueue_depth", name="claims") == 0
+    assert value(samples, "workqueue_depth", name="volumes") == 0
+    assert value(samples, "workqueue_work_duration_seconds_count", name="claims") >= 1
+    assert value(samples, "workqueue_queue_duration_seconds_count", name="claims") >= 1
+    assert value(samples, "workqueue_unfinished_work_seconds", name="claims") == 0
+    assert value(samples, "workqueue_longest_running_processor_seconds", name="claims") == 0
+    assert value(samples, "workqueue_retries_total", name="claims") == 0
+    assert _buckets(samples, "workqueue_work_duration_seconds", name="claims") == list(
+        QUEUE_BUCKETS
+    )
+    le = {s.labels["le"] for s in samples if s.name == "workqueue_work_duration_seconds_bucket"}
+    assert {"1e-06", "0.001", "0.01", "1.0", "1000.0", "+Inf"} <= le
+    # Only Go's series: no `_created` samples of the Python client.
+    assert not [s for s in samples if s.name.endswith("_created")]
+
+
+async def test_failed_attempts_are_counted_with_their_grpc_code(
+    cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread, driver: Driver
+) -> None:
+    driver.faults.fail("CreateVolume", Code.ABORTED, times=2)
+    await make_storage_class(cluster, operator, "slow")
+    claim = make_claim(cluster, "data", storage_class="slow")
+    await wait_for_bound(cluster, claim)
+
+    samples = await scrape(operator)
+    aborted = {"driver_name": DRIVER_NAME, "method_name": CREATE, "grpc_status_code": "Aborted"}
+    assert value(samples, f"{OPS}_count", **aborted) == 2
+    assert value(samples, f"{OPS}_count", **{**aborted, "grpc_status_code": "OK"}) == 1
+    labels = {"class": "slow", "source": ""}
+    assert value(samples, "controller_persistentvolumeclaim_provision_failed_total", **labels) == 2
+    assert value(samples, "controller_persistentvolumeclaim_provision_total", **labels) == 1
+    # Failed attempts stay out of the duration histogram (the library's rule).
+    assert value(
+        samples, "controller_persistentvolumeclaim_provision_duration_seconds_count", **labels
+    ) == 1  # fmt: skip
+    assert value(samples, "workqueue_retries_total", name="claims") >= 2
+
+
+async def test_a_timed_out_call_is_labelled_deadline_exceeded(
+    cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread, driver: Driver
+) -> None:
+    driver.faults.hang("CreateVolume", times=1)
+    await make_storage_class(cluster, operator, "sc")
+    claim = make_claim(cluster, "data")
+    await wait_for_bound(cluster, claim)
+
+    samples = await scrape(operator)
+    timed_out = {
+        "driver_name": DRIVER_NAME, "method_name": CREATE, "grpc_status_code": "DeadlineExceeded",
+    }  # fmt: skip
+    assert value(samples, f"{OPS}_count", **timed_out) == 1
+    assert value(samples, f"{OPS}_sum", **timed_out) >= 0.9  # the 1 s CSI timeout
+
+
+async def test_deletions_are_counted_by_class(
+    cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread, driver: Driver
+) -> None:
+    await make_storage_class(cluster, operator, "gold")
+    claim = make_claim(cluster, "data", storage_class="gold")
+    volume = await wait_for_bound(cluster, claim)
+    driver.faults.fail("DeleteVolume", Code.INTERNAL, times=1)
+    cluster.delete("persistentvolumeclaims", "default", "data")
+    await wait_for_gone(cluster, "persistentvolumes", volume["metadata"]["name"])
+
+    samples = await scrape_until(operator, "controller_persistentvolume_delete_total", 1.0)
+    assert value(samples, "controller_persistentvolume_delete_total", **{"class": "gold"}) == 1
+    assert (
+        value(samples, "controller_persistentvolume_delete_failed_total", **{"class": "gold"}) == 1
+    )
+    assert value(
+        samples, "controller_persistentvolume_delete_duration_seconds_count", **{"class": "gold"}
+    ) == 1  # fmt: skip
+    failed = {"driver_name": DRIVER_NAME, "method_name": DELETE, "grpc_status_code": "Internal"}
+    assert value(samples, f"{OPS}_count", **failed) == 1
+    assert value(samples, f"{OPS}_count", **{**failed, "grpc_status_code": "OK"}) == 1
+    assert value(samples, "workqueue_adds_total", name="volumes") >= 2

@@ -1,0 +1,49 @@
+"""The caches keep compact copies: equal to what was stored, minus managedFields, strings shared."""
+
+from __future__ import annotations
+
+import json
+
+from kopf_csi.caches import Cache
+
+VOLUME = {
+    "apiVersion": "v1", "kind": "PersistentVolume",
+    "metadata": {"name": "pvc-1", "finalizers": ["kubernetes.io/pv-protection"],
+                 "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {}}]},
+    "spec": {"csi": {"driver": "hostpath.csi.kopf.dev", "volumeHandle": "v-1"},
+             "capacity": {"storage": "1Gi"}, "mountOptions": ["ro", "x" * 100]},
+    "status": {"phase": "Bound", "message": "y" * 100},
+}  # fmt: skip
+
+
+def test_a_stored_object_equals_the_original_without_managed_fields() -> None:
+    cache = Cache()
+    cache.store(json.loads(json.dumps(VOLUME)))
+    stored = cache.get("pvc-1")
+    expected = json.loads(json.dumps(VOLUME))
+    del expected["metadata"]["managedFields"]
+    assert stored == expected
+
+
+def test_equal_strings_from_separate_objects_are_one_object() -> None:
+    cache = Cache()
+    for name in ("pvc-1", "pvc-2"):
+        body = json.loads(json.dumps(VOLUME).replace('"pvc-1"', json.dumps(name)))
+        cache.store(body)
+    one, two = cache.get("pvc-1"), cache.get("pvc-2")
+    assert one is not None
+    assert two is not None
+    assert one["spec"]["csi"]["driver"] is two["spec"]["csi"]["driver"]
+    assert one["status"]["phase"] is two["status"]["phase"]
+    assert next(iter(one["spec"])) is next(iter(two["spec"]))  # keys too
+    assert one["status"]["message"] == two["status"]["message"]  # long texts: equal, not shared
+
+
+def test_the_stored_copy_is_independent_of_the_caller_s_dict() -> None:
+    cache = Cache()
+    body = json.loads(json.dumps(VOLUME))
+    cache.store(body)
+    body["status"]["phase"] = "Released"
+    stored = cache.get("pvc-1")
+    assert stored is not None
+    assert stored["status"]["phase"] == "Bound"
