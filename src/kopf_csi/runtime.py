@@ -25,12 +25,12 @@ __all__ = [
     "caches_from_memo",
     "configure_kopf",
     "connection_info",
+    "is_standby",
     "lead",
     "request_stop",
     "settings_from_memo",
     "startup_handler_ids",
     "stop_work",
-    "is_standby",
     "wait_for_driver",
 ]
 
