@@ -63,6 +63,8 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     if attacher.can_reconcile:
         memo.reconciler = asyncio.create_task(_reconcile(memo, options.reconcile_sync))
     memo.stoppers.append(_stopper(memo))
+    runtime.subscribe(memo, kube.VOLUME_ATTACHMENTS, _attachment_changed(memo))
+    runtime.subscribe(memo, kube.VOLUMES, _volume_changed(memo))
     log.info("attacher_started", trivial=attacher.trivial, reconcile=attacher.can_reconcile)
     for va in attacher.caches.attachments:  # the primed cache: pending attaches and detaches
         _dispatch(memo, attacher.route(va["metadata"]["name"]), va["metadata"]["name"])
@@ -109,33 +111,30 @@ async def _reconcile(memo: kopf.Memo, interval: float) -> None:
             _dispatch(memo, attacher.route(name), name)
 
 
-@kopf.on.event("storage.k8s.io", "v1", "volumeattachments", id="attacher.attachments")
-async def attachment_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
-    attacher: Attacher = memo.attacher
-    va = event["object"]
-    name = va["metadata"]["name"]
-    if event.get("type") == "DELETED":
-        attacher.caches.attachments.remove(va)
-        attacher.observe(va, deleted=True)
-        memo.attach_queue.discard(name)
-        memo.detach_queue.discard(name)
-        pv_name = volume_name(va)
-        if pv_name is not None:  # its PV may be free of VAs now
-            memo.attacher_volumes_queue.add(pv_name)
-        return
-    attacher.caches.attachments.store(va)
-    _dispatch(memo, attacher.observe(va), name)
+def _attachment_changed(memo: kopf.Memo) -> runtime.Listener:
+    def changed(va: dict[str, Any], deleted: bool) -> None:  # the cache is current already
+        attacher: Attacher = memo.attacher
+        name = va["metadata"]["name"]
+        if deleted:
+            attacher.observe(va, deleted=True)
+            memo.attach_queue.discard(name)
+            memo.detach_queue.discard(name)
+            pv_name = volume_name(va)
+            if pv_name is not None:  # its PV may be free of VAs now
+                memo.attacher_volumes_queue.add(pv_name)
+            return
+        _dispatch(memo, attacher.observe(va), name)
+
+    return changed
 
 
-@kopf.on.event("", "v1", "persistentvolumes", id="attacher.volumes")
-async def volume_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
-    attacher: Attacher = memo.attacher
-    pv = event["object"]
-    name = pv["metadata"]["name"]
-    if event.get("type") == "DELETED":
-        attacher.caches.volumes.remove(pv)
-        memo.attacher_volumes_queue.discard(name)
-        return
-    attacher.caches.volumes.store(pv)
-    if is_deleting(pv) and has_finalizer(pv, attacher.finalizer):
-        memo.attacher_volumes_queue.add(name)
+def _volume_changed(memo: kopf.Memo) -> runtime.Listener:
+    def changed(pv: dict[str, Any], deleted: bool) -> None:
+        attacher: Attacher = memo.attacher
+        name = pv["metadata"]["name"]
+        if deleted:
+            memo.attacher_volumes_queue.discard(name)
+        elif is_deleting(pv) and has_finalizer(pv, attacher.finalizer):
+            memo.attacher_volumes_queue.add(name)
+
+    return changed

@@ -1,10 +1,11 @@
 """external-provisioner as kopf handlers: claims become volumes, released volumes are deleted.
 
-Thin on purpose. kopf's watches feed the caches and two work queues (claims, volumes), as the
-Go library's informers feed its two queues; the operations live in
-`kopf_csi.provisioning.operations`. Watch-event handlers write nothing on the objects (no kopf
-annotations on users' claims), and the queues do the retrying: 1 s doubling to 5 min per key,
-forever while the object lives, as the Go sidecar with `FailedProvisionThreshold(0)`.
+Thin on purpose. kopf's watches (through `handlers.caches`, `runtime.subscribe`) feed the
+caches and two work queues (claims, volumes), as the Go library's informers feed its two
+queues; the operations live in `kopf_csi.provisioning.operations`. Watch events write nothing
+on the objects (no kopf annotations on users' claims), and the queues do the retrying: 1 s
+doubling to 5 min per key, forever while the object lives, as the Go sidecar with
+`FailedProvisionThreshold(0)`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -91,6 +92,8 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     if memo.driver.has_controller("CREATE_DELETE_SNAPSHOT"):
         memo.sweeper = asyncio.create_task(_sweep(provisioner, SNAPSHOT_SWEEP_INTERVAL))
     memo.stoppers.append(_stopper(memo))
+    runtime.subscribe(memo, kube.CLAIMS, _claim_changed(memo))
+    runtime.subscribe(memo, kube.VOLUMES, _volume_changed(memo))
     for volume in memo.caches.volumes:  # the primed cache: finalizers and pending deletions
         memo.volumes_queue.add(object_key(volume))
     for key in await _resume(provisioner):  # claims whose CreateVolume may have run
@@ -130,7 +133,7 @@ def _stopper(memo: kopf.Memo) -> Callable[[], Awaitable[None]]:
     return stop
 
 
-def _watch_clone_sources(memo: kopf.Memo, key: str, claim: kopf.RawBody) -> None:
+def _watch_clone_sources(memo: kopf.Memo, key: str, claim: Mapping[str, Any]) -> None:
     """Re-check a protected source PVC when it is deleting, or when a clone of it changes."""
     meta = claim.get("metadata", {})
     if names.FINALIZER_CLONING_PROTECTION in (meta.get("finalizers") or ()):
@@ -156,33 +159,33 @@ async def _sweep(provisioner: Provisioner, interval: float) -> None:
                 log.info("snapshot_sources_released", count=released)
 
 
-@kopf.on.event("", "v1", "persistentvolumeclaims", id="provisioner.claims")
-async def claim_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
-    claim = event["object"]
-    key = object_key(claim)
-    bound = (
-        bool(claim.get("spec", {}).get("volumeName")) and key not in memo.provisioner.in_progress
-    )
-    # Only claims with work ahead are cached: the unbound ones, and protected clone sources.
-    # Bound claims are most of a cluster and nothing reads them (memory: see docs/benchmarks.md).
-    protected = names.FINALIZER_CLONING_PROTECTION in (claim["metadata"].get("finalizers") or ())
-    if event.get("type") == "DELETED" or (bound and not protected):
-        memo.caches.claims.remove(claim)
-    else:
-        memo.caches.claims.store(claim)
-    _watch_clone_sources(memo, key, claim)
-    if bound:
-        return  # nothing to provision (the Go library's first check, done before queueing)
-    memo.claims_queue.add(key)
+def _claim_changed(memo: kopf.Memo) -> runtime.Listener:
+    def changed(claim: dict[str, Any], deleted: bool) -> None:
+        key = object_key(claim)
+        provisioner: Provisioner = memo.provisioner
+        bound = bool(claim.get("spec", {}).get("volumeName")) and key not in provisioner.in_progress
+        # Only claims with work ahead are cached: the unbound ones, and protected clone sources.
+        # Bound claims are most of a cluster and nothing reads them (docs/benchmarks.md).
+        finalizers = claim["metadata"].get("finalizers") or ()
+        protected = names.FINALIZER_CLONING_PROTECTION in finalizers
+        if deleted or (bound and not protected):
+            memo.caches.claims.remove(claim)
+        else:
+            memo.caches.claims.store(claim)
+        _watch_clone_sources(memo, key, claim)
+        if bound:
+            return  # nothing to provision (the Go library's first check, done before queueing)
+        memo.claims_queue.add(key)
+
+    return changed
 
 
-@kopf.on.event("", "v1", "persistentvolumes", id="provisioner.volumes")
-async def volume_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
-    volume = event["object"]
-    if event.get("type") == "DELETED":
-        memo.caches.volumes.remove(volume)
-        memo.volumes_queue.discard(object_key(volume))
-        memo.provisioner.reclaimer.forget(volume)
-        return
-    memo.caches.volumes.store(volume)
-    memo.volumes_queue.add(object_key(volume))
+def _volume_changed(memo: kopf.Memo) -> runtime.Listener:
+    def changed(volume: dict[str, Any], deleted: bool) -> None:  # the cache is current already
+        if deleted:
+            memo.volumes_queue.discard(object_key(volume))
+            memo.provisioner.reclaimer.forget(volume)
+            return
+        memo.volumes_queue.add(object_key(volume))
+
+    return changed

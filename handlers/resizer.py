@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import events, metrics, names, runtime
+from kopf_csi import events, kube, metrics, names, runtime
 from kopf_csi.caches import object_key
 from kopf_csi.csi import CSIError
 from kopf_csi.queueing import WorkQueue
@@ -77,6 +77,9 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     if memo.resizer is not None or memo.modifier is not None:
         memo.resizer_resync = asyncio.create_task(_resync(memo, options.resync_period))
     memo.stoppers.append(_stopper(memo))
+    runtime.subscribe(memo, kube.CLAIMS, _claim_changed(memo))
+    runtime.subscribe(memo, kube.VOLUMES, _volume_changed(memo))
+    runtime.subscribe(memo, kube.VOLUME_ATTACHMENTS, _attachment_changed(memo))
     log.info("resizer_started", mode=mode.value, modify=memo.modifier is not None)
 
 
@@ -102,47 +105,42 @@ async def _resync(memo: kopf.Memo, interval: float) -> None:
                 memo.modify_queue.add(key)
 
 
-@kopf.on.event("", "v1", "persistentvolumeclaims", id="resizer.claims")
-async def claim_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
-    claim = event["object"]
-    key = object_key(claim)
-    deleted = event.get("type") == "DELETED"
-    pairs = ((getattr(memo, "resizer", None), getattr(memo, "resize_queue", None)),
-             (getattr(memo, "modifier", None), getattr(memo, "modify_queue", None)))  # fmt: skip
-    for controller, work_queue in pairs:
-        if controller is None or work_queue is None:
-            continue
-        if controller.observe(claim, deleted=deleted):
-            work_queue.add(key)
-        elif deleted:
-            work_queue.discard(key)
+def _claim_changed(memo: kopf.Memo) -> runtime.Listener:
+    def changed(claim: dict[str, Any], deleted: bool) -> None:
+        key = object_key(claim)
+        pairs = ((memo.resizer, memo.resize_queue), (memo.modifier, memo.modify_queue))
+        for controller, work_queue in pairs:
+            if controller is None or work_queue is None:
+                continue
+            if controller.observe(claim, deleted=deleted):
+                work_queue.add(key)
+            elif deleted:
+                work_queue.discard(key)
+
+    return changed
 
 
-@kopf.on.event("", "v1", "persistentvolumes", id="resizer.volumes")
-async def volume_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
-    """Keep the PV cache current; a PV's change may be what a claim waits for."""
-    volume = event["object"]
-    if event.get("type") == "DELETED":
-        memo.caches.volumes.remove(volume)
-        return
-    memo.caches.volumes.store(volume)
-    if getattr(memo, "resizer", None) is not None:
-        for key in memo.resizer.claims_of_volume(volume["metadata"]["name"]):
-            memo.resize_queue.add(key)
+def _volume_changed(memo: kopf.Memo) -> runtime.Listener:
+    """A PV's change may be what a claim waits for (the cache is current already)."""
+
+    def changed(volume: dict[str, Any], deleted: bool) -> None:
+        if memo.resizer is not None and not deleted:
+            for key in memo.resizer.claims_of_volume(volume["metadata"]["name"]):
+                memo.resize_queue.add(key)
+
+    return changed
 
 
-@kopf.on.event("storage.k8s.io", "v1", "volumeattachments", id="resizer.attachments")
-async def attachment_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+def _attachment_changed(memo: kopf.Memo) -> runtime.Listener:
     """A detached volume may be expandable now by an offline-only driver."""
-    resizer: Resizer | None = getattr(memo, "resizer", None)
-    if resizer is None or not resizer.in_use:
-        return
-    va = event["object"]
-    if event.get("type") == "DELETED":
-        memo.caches.attachments.remove(va)
-    else:
-        memo.caches.attachments.store(va)
-    volume = ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
-    for key, waiting_for in list(resizer.in_use.items()):
-        if waiting_for == volume:
-            memo.resize_queue.add(key)
+
+    def changed(va: dict[str, Any], deleted: bool) -> None:
+        resizer: Resizer | None = memo.resizer
+        if resizer is None or not resizer.in_use:
+            return
+        volume = ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
+        for key, waiting_for in list(resizer.in_use.items()):
+            if waiting_for == volume:
+                memo.resize_queue.add(key)
+
+    return changed

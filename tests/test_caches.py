@@ -47,3 +47,34 @@ def test_the_stored_copy_is_independent_of_the_caller_s_dict() -> None:
     stored = cache.get("pvc-1")
     assert stored is not None
     assert stored["status"]["phase"] == "Bound"
+
+
+def test_the_same_version_is_not_copied_again_and_a_new_one_is() -> None:
+    cache = Cache()
+    first = json.loads(
+        json.dumps({**VOLUME, "metadata": {**VOLUME["metadata"], "resourceVersion": "5"}})
+    )
+    cache.store(first)
+    kept = cache.get("pvc-1")
+    cache.store(json.loads(json.dumps(first)))
+    assert cache.get("pvc-1") is kept  # another handler's copy of the same event
+    newer = json.loads(json.dumps(first))
+    newer["metadata"]["resourceVersion"] = "6"
+    newer["status"]["phase"] = "Released"
+    cache.store(newer)
+    stored = cache.get("pvc-1")
+    assert stored is not None
+    assert stored["status"]["phase"] == "Released"
+
+
+def test_a_plain_cache_keeps_the_object_minus_managed_fields() -> None:
+    cache = Cache(compact=False)
+    body = json.loads(json.dumps(VOLUME))
+    cache.store(body)
+    stored = cache.get("pvc-1")
+    assert stored is not None
+    assert "managedFields" not in stored["metadata"]
+    assert stored["spec"] is body["spec"]  # not copied: claims come and go
+    del body["metadata"]["managedFields"]
+    cache.store(body)
+    assert cache.get("pvc-1") is body

@@ -256,6 +256,8 @@ def _operate(registry: Any, settings: Any, *, liveness: str | None) -> int:
     import kopf
     import structlog
 
+    from kopf_csi import runtime
+
     log = structlog.get_logger("kopf_csi.cli")
     loop = asyncio.new_event_loop()
     stop_flag = asyncio.Event()
@@ -265,7 +267,7 @@ def _operate(registry: Any, settings: Any, *, liveness: str | None) -> int:
         reasons.append(reason)
         loop.call_soon_threadsafe(stop_flag.set)
 
-    memo = kopf.Memo(settings=settings, registry=registry, stop_operator=stop_operator)
+    memo = runtime.OperatorMemo(settings=settings, registry=registry, stop_operator=stop_operator)
     try:
         kopf.run(
             loop=loop,

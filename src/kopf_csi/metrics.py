@@ -140,6 +140,7 @@ class Metrics:
         )
         self.queues: dict[str, WorkQueue[Any]] = {}
         """The started queues by name, read at scrape time (the newest of a name wins)."""
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         registry.register(_QueueCollector(self.queues))
         if process:
             prometheus_client.ProcessCollector(registry=registry)
@@ -151,23 +152,24 @@ class Metrics:
         self.driver_name = name or names.METRIC_DRIVER_UNKNOWN
 
     def observe_call(self, method: str, code: Code, seconds: float) -> None:
-        self.operations.labels(self.driver_name, method, grpc_code_name(code)).observe(seconds)
+        code_name = grpc_code_name(code)
+        self._child(self.operations, self.driver_name, method, code_name).observe(seconds)
 
     # -- provisioning (`kopf_csi.observing.ProvisioningObserver`) -------------------------------
 
     def provisioned(self, *, class_name: str, source: str, seconds: float) -> None:
-        self.provision_duration.labels(class_name, source).observe(seconds)
-        self.provision_total.labels(class_name, source).inc()
+        self._child(self.provision_duration, class_name, source).observe(seconds)
+        self._child(self.provision_total, class_name, source).inc()
 
     def provision_failed(self, *, class_name: str, source: str) -> None:
-        self.provision_failures.labels(class_name, source).inc()
+        self._child(self.provision_failures, class_name, source).inc()
 
     def deleted(self, *, class_name: str, seconds: float) -> None:
-        self.delete_duration.labels(class_name).observe(seconds)
-        self.delete_total.labels(class_name).inc()
+        self._child(self.delete_duration, class_name).observe(seconds)
+        self._child(self.delete_total, class_name).inc()
 
     def delete_failed(self, *, class_name: str) -> None:
-        self.delete_failures.labels(class_name).inc()
+        self._child(self.delete_failures, class_name).inc()
 
     # -- work queues (`kopf_csi.queueing.QueueObserver`) ---------------------------------------
 
@@ -178,22 +180,31 @@ class Metrics:
             family.labels(queue.name)
 
     def added(self, queue: str) -> None:
-        self.queue_adds.labels(queue).inc()
+        self._child(self.queue_adds, queue).inc()
 
     def retried(self, queue: str) -> None:
-        self.queue_retries.labels(queue).inc()
+        self._child(self.queue_retries, queue).inc()
 
     def waited(self, queue: str, seconds: float) -> None:
-        self.queue_latency.labels(queue).observe(seconds)
+        self._child(self.queue_latency, queue).observe(seconds)
 
     def worked(self, queue: str, seconds: float) -> None:
-        self.queue_work.labels(queue).observe(seconds)
+        self._child(self.queue_work, queue).observe(seconds)
 
     # -- leader election ------------------------------------------------------------------------
 
     def leader(self, name: str, leading: bool) -> None:
         """Whether this replica holds the lease `name` (client-go's leader gauge)."""
-        self.leader_status.labels(name).set(1 if leading else 0)
+        self._child(self.leader_status, name).set(1 if leading else 0)
+
+    def _child(self, family: Any, *labels: str) -> Any:
+        """`family.labels(*labels)`, remembered: the client's lookup validates and locks each
+        time, and the hooks run several times per volume (about 0.1 ms of CPU per volume)."""
+        key = (id(family), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     # -- exposition -----------------------------------------------------------------------------
 

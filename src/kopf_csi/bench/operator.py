@@ -40,6 +40,7 @@ from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
 __all__ = ["main"]
 
 PROFILE_ENV = "KOPF_CSI_BENCH_PROFILE"
+MODULES_ENV = "KOPF_CSI_BENCH_MODULES"  # comma-separated handler modules instead of the defaults
 
 
 class _Profiler:
@@ -133,7 +134,9 @@ async def _serve(args: argparse.Namespace) -> int:
         kube=KubeSettings(kubeconfig=pathlib.Path(args.kubeconfig)),
         workers=WorkerSettings(provisioner=args.workers),
     )
-    operator = OperatorThread(settings=settings, modules=DEFAULT_MODULES)
+    chosen = os.environ.get(MODULES_ENV, "")  # experiments: which modules cost what
+    modules = tuple(m.strip() for m in chosen.split(",") if m.strip()) or DEFAULT_MODULES
+    operator = OperatorThread(settings=settings, modules=modules)
     try:
         await operator.start()
     except (TimeoutError, RuntimeError) as exc:

@@ -94,7 +94,10 @@ def needs_resize(claim: Body) -> bool:
     """`pvcNeedResize`: a Bound claim whose request is above its capacity."""
     if _status(claim).get("phase") != "Bound" or not _spec(claim).get("volumeName"):
         return False
-    return size_of(request(claim)) > size_of(capacity(claim))
+    wanted, has = request(claim), capacity(claim)
+    if wanted == has:
+        return False  # the same text: no parsing (every bound claim's every event comes here)
+    return size_of(wanted) > size_of(has)
 
 
 def is_ours(pv: Body, driver: str) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 import kopf
 from kopf._cogs.structs.references import Insights  # private, but kopf is pinned exactly
 
+from kopf_csi import runtime
 from kopf_csi.modules import DEFAULT_MODULES  # the canonical list; re-exported for tests
 from kopf_csi.settings import Settings
 
@@ -44,7 +45,7 @@ class OperatorThread:
         self.stop_timeout = stop_timeout
         self.registry = kopf.OperatorRegistry()
         # `stop_operator`: how the operator stops itself (`runtime.request_stop`, a lost Lease).
-        self.memo = kopf.Memo(
+        self.memo = runtime.OperatorMemo(
             settings=settings, registry=self.registry, stop_operator=self.request_stop
         )
         self._ready = threading.Event()
