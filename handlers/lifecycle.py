@@ -11,6 +11,8 @@ With `--leader-election`, `memo.driver` comes only once this replica holds every
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -22,6 +24,9 @@ from kopf_csi.caches import Cache, Caches, object_key
 from kopf_csi.csi import CSIClient, CSIError
 
 log = structlog.get_logger("kopf_csi.lifecycle")
+
+RESYNC_FIRST_DELAY = 30.0
+"""Seconds from the start to the first cache resync (kopf's watches are up by then)."""
 
 
 @kopf.on.login(id="lifecycle.login")
@@ -73,6 +78,9 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     memo.recorder = events.Recorder(api, component=events.component_name(info.name))
     memo.caches = caches = Caches()
     await _prime(api, caches)
+    if config.kube.cache_resync > 0:
+        resync = asyncio.create_task(_resync(memo, config.kube.cache_resync), name="cache-resync")
+        memo.stoppers.append(_cancel(resync))
     memo.driver = info
     log.info(
         "driver_connected",
@@ -83,17 +91,46 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     )
 
 
-async def _prime(api: kube.KubeClient, caches: Caches) -> None:
-    """One LIST per cached kind before any controller starts (the Go WaitForCacheSync)."""
-    kinds = {
+def _primed_kinds(caches: Caches) -> dict[kube.Resource, Cache]:
+    return {
         kube.STORAGE_CLASSES: caches.storage_classes,
         kube.VOLUMES: caches.volumes,
         kube.CSINODES: caches.csinodes,
         kube.NODES: caches.nodes,
         kube.VOLUME_ATTACHMENTS: caches.attachments,
     }
-    for resource, cache in kinds.items():
+
+
+async def _prime(api: kube.KubeClient, caches: Caches) -> None:
+    """One LIST per cached kind before any controller starts (the Go WaitForCacheSync)."""
+    for resource, cache in _primed_kinds(caches).items():
         await _prime_kind(api, resource, cache)
+
+
+async def _resync(memo: kopf.Memo, interval: float) -> None:
+    """Every `interval`, LIST the primed kinds again and drop the objects that are gone.
+
+    kopf's watches start with a LIST of their own, after ours: an object deleted in between
+    never gets a DELETED event, and would stay cached (a VA "still attached", a PV "still
+    there"). The first round comes soon after the start, then one every `interval`. Each
+    dropped object is passed to the controllers as deleted (`runtime.notify`).
+    """
+    caches: Caches = memo.caches
+    delay = min(interval, RESYNC_FIRST_DELAY)
+    while True:
+        await asyncio.sleep(delay)
+        delay = interval
+        for resource, cache in _primed_kinds(caches).items():
+            before = cache.mark()
+            try:
+                listed = {object_key(obj) async for page in memo.api.pages(resource)
+                          for obj in page}  # fmt: skip
+            except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+                log.warning("cache_resync_failed", resource=resource.plural, error=str(exc))
+                continue
+            for gone in cache.prune(listed, before=before):
+                log.info("cache_entry_gone", obj=gone, resource=resource.plural)
+                await runtime.notify(memo, resource, gone, deleted=True)
 
 
 async def _prime_kind(
@@ -155,3 +192,12 @@ async def driver_ready(memo: kopf.Memo, **_: Any) -> str:
     except CSIError as exc:
         raise kopf.PermanentError(f"the CSI driver does not answer Probe: {exc}") from exc
     return "ready" if response.ready is None or response.ready else "not-ready"
+
+
+def _cancel(task: asyncio.Task[None]) -> Callable[[], Awaitable[None]]:
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return stop

@@ -75,6 +75,8 @@ class Cache:
     def __init__(self, *, compact: bool = True) -> None:
         self._objects: dict[str, Body] = {}
         self._copy = _slim if compact else _unmanaged
+        self._stores = 0
+        self._stored_at: dict[str, int] = {}  # key -> the store that wrote it (for `prune`)
 
     def store(self, obj: Body) -> None:
         """Keep a compact copy; the same version again (another handler's view of the same
@@ -85,9 +87,36 @@ class Cache:
         if version and known is not None and known["metadata"].get("resourceVersion") == version:
             return
         self._objects[key] = self._copy(obj)
+        self._stores += 1
+        self._stored_at[key] = self._stores
 
     def remove(self, obj: Body) -> None:
-        self._objects.pop(object_key(obj), None)
+        key = object_key(obj)
+        self._objects.pop(key, None)
+        self._stored_at.pop(key, None)
+
+    def mark(self) -> int:
+        """A point in this cache's history, for `prune`: take it before a LIST starts."""
+        return self._stores
+
+    def prune(self, listed: set[str], *, before: int) -> list[Body]:
+        """Drop and return the objects a complete LIST did not have, unless stored since `mark`.
+
+        A watch misses no event, except around a restart: an object deleted between our
+        start-up LIST and kopf's would stay here for good (a "ghost"). An object stored after
+        the mark may have been created after the LIST's snapshot, so it stays.
+        """
+        gone = [
+            key for key, stored in self._stored_at.items()
+            if stored <= before and key not in listed
+        ]  # fmt: skip
+        removed = []
+        for key in gone:
+            self._stored_at.pop(key, None)
+            obj = self._objects.pop(key, None)
+            if obj is not None:
+                removed.append(obj)
+        return removed
 
     def get(self, key: str) -> Body | None:
         return self._objects.get(key)

@@ -87,8 +87,14 @@ class KubeSettings:
     burst: int = 200
     """`--kube-api-burst`: Kubernetes API requests allowed at once above the QPS."""
 
+    cache_resync: float = 600.0
+    """How often the cached kinds are listed again, to drop objects whose deletion no watch
+    event reported (one deleted while the operator was starting); 0 turns it off."""
+
     def __post_init__(self) -> None:
         _require_positive(self, "qps")
+        if self.cache_resync < 0:
+            raise ValueError(f"the cache resync cannot be negative, got {self.cache_resync}")
         if self.burst < 1:
             raise ValueError(f"the kube API burst must be at least 1, got {self.burst}")
         if not self.namespace:

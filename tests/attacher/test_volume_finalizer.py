@@ -4,8 +4,8 @@ We test these aspects:
 - end to end: a deleted PV keeps our finalizer while its VA exists; once the VA is detached
   and gone, our finalizer goes and the other finalizers stay;
 - against the emulated API with a stale cache (external-provisioner #1217: another controller
-  removed its finalizer after our read): the removal fails its `test` and is retried, and the
-  other controller's finalizer is not written back; with a fresh read it succeeds.
+  removed its finalizer after our read): the removal fails its `test`, the other controller's
+  finalizer is not written back, and one fresh read and patch follow at once.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import pathlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -89,12 +90,72 @@ async def test_a_stale_read_cannot_write_back_a_removed_finalizer(
         attacher = Attacher(
             csi_client=client, api=api, caches=caches, driver=driver, options=FAST_ATTACHER
         )
-        assert await attacher.sync_volume("pv-1") == RETRY
-        assert _finalizers(cluster, "pv-1") == [FINALIZER]  # nothing written back
-
-        fresh = cluster.get("persistentvolumes", None, "pv-1")
-        assert fresh is not None
-        caches.volumes.store(fresh)
+        # The stale patch fails its `test` (422), so nothing is written back; one fresh read
+        # and a second patch follow at once, without waiting for a retry.
         assert await attacher.sync_volume("pv-1") == DONE
     assert _finalizers(cluster, "pv-1") is None  # its last finalizer gone: deleted
     assert "pv-1" not in caches.volumes
+    patches = cluster.requests.count(verb="patch", resource="persistentvolumes")
+    gets = cluster.requests.count(verb="get", resource="persistentvolumes")
+    assert (patches, gets) == (2, 1)
+
+
+async def test_a_fresh_read_that_still_needs_the_finalizer_keeps_it(
+    cluster: EmulatedCluster,
+    api: kube.KubeClient,
+    socket_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    body = volume("pv-1", "vol-1")
+    body["metadata"]["finalizers"] = [PROVISIONER_FINALIZER, FINALIZER]
+    cluster.create("persistentvolumes", body)
+    cluster.delete("persistentvolumes", None, "pv-1")
+    stale = cluster.get("persistentvolumes", None, "pv-1")
+    assert stale is not None
+    cluster.patch("persistentvolumes", None, "pv-1", {"metadata": {"finalizers": [FINALIZER]}})
+    caches = Caches()
+    caches.volumes.store(stale)
+    async with CSIClient(str(socket_path)) as client:
+        attacher = Attacher(
+            csi_client=client, api=api, caches=caches, driver=_driver(), options=FAST_ATTACHER
+        )
+        fresh_read = api.get
+
+        async def get_while_a_va_appears(*args: Any, **kwargs: Any) -> Any:
+            caches.attachments.store(attachment("va-late", "pv-1"))  # seen between the reads
+            return await fresh_read(*args, **kwargs)
+
+        monkeypatch.setattr(api, "get", get_while_a_va_appears)
+        assert await attacher.sync_volume("pv-1") == DONE
+    assert _finalizers(cluster, "pv-1") == [FINALIZER]  # the late VA still needs it
+
+
+async def test_other_errors_are_retried(
+    cluster: EmulatedCluster, api: kube.KubeClient, socket_path: pathlib.Path
+) -> None:
+    body = volume("pv-1", "vol-1")
+    body["metadata"]["finalizers"] = [FINALIZER]
+    cluster.create("persistentvolumes", body)
+    cluster.delete("persistentvolumes", None, "pv-1")
+    caches = Caches()
+    caches.volumes.store(cluster.get("persistentvolumes", None, "pv-1") or {})
+    cluster.faults.add(503, verb="patch", resource="persistentvolumes")
+    async with CSIClient(str(socket_path)) as client:
+        attacher = Attacher(
+            csi_client=client, api=api, caches=caches, driver=_driver(), options=FAST_ATTACHER
+        )
+        assert await attacher.sync_volume("pv-1") == RETRY
+        assert _finalizers(cluster, "pv-1") == [FINALIZER]
+        assert await attacher.sync_volume("pv-1") == DONE
+    assert _finalizers(cluster, "pv-1") is None
+
+
+def _driver() -> DriverInfo:
+    return DriverInfo(
+        name=DRIVER_NAME,
+        vendor_version="test",
+        manifest={},
+        plugin_capabilities=frozenset({"CONTROLLER_SERVICE"}),
+        volume_expansion=frozenset(),
+        controller_capabilities=frozenset({"PUBLISH_UNPUBLISH_VOLUME"}),
+    )

@@ -75,7 +75,8 @@ async def test_a_final_error_sets_the_error_condition_and_retries(
     assert resize_status(cluster) == names.RESIZE_CONTROLLER_IN_PROGRESS
     await wait_until(lambda: status_of(cluster)["capacity"]["storage"] == "2Mi")
     assert not conditions_of(cluster)  # the success clears the error too
-    assert messages(cluster, claim, "VolumeResizeSuccessful")
+    # The event follows the status write (as upstream's markOverallExpansionAsFinished).
+    await wait_until(lambda: messages(cluster, claim, "VolumeResizeSuccessful"))
 
 
 @pytest.mark.parametrize(
@@ -90,7 +91,7 @@ async def test_an_infeasible_request_is_retried_slowly_and_can_be_lowered(
     condition = conditions_of(cluster)[names.CONDITION_CONTROLLER_RESIZE_ERROR]
     assert condition["message"].startswith("failed to expand pvc with rpc error: code = OutOfRange")
     assert status_of(cluster)["allocatedResources"] == {"storage": "8Mi"}
-    assert messages(cluster, claim, "VolumeResizeFailed")
+    await wait_until(lambda: messages(cluster, claim, "VolumeResizeFailed"))  # after the status
     # With the fast backoff (50 ms doubling) there would be several calls by now.
     await assert_stays(lambda: calls.count("ControllerExpandVolume") == 1, duration=0.6)
 

@@ -270,22 +270,46 @@ class Attacher:
             pv, finalizer=self.finalizer, attachments=self.caches.attachments
         ):
             return DONE
-        patch = decisions.remove_finalizer_patch(pv, self.finalizer)
-        assert patch is not None  # should_release_volume checked the finalizer
         try:
-            updated = await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
+            updated = await self._remove_volume_finalizer(pv)
         except kube.NotFoundError:
             return DONE
         except kube.KubeError as exc:
-            # 422: the finalizers changed since our read (#1217); retry with a fresh one.
             log.warning("volume_finalizer_not_removed", obj=pv, error=str(exc))
             return RETRY
+        if updated is None:
+            return DONE  # the fresh copy needs nothing from us (or is gone)
         if decisions.is_deleted(updated):
             self.caches.volumes.remove(updated)
         else:
             self.caches.volumes.store(updated)
         log.info("volume_finalizer_removed", obj=pv)
         return DONE
+
+    async def _remove_volume_finalizer(self, pv: Body) -> Body | None:
+        """The guarded JSON patch; on a stale read (422/409: another controller, usually the
+        provisioner, changed the finalizers since, #1217) once more against a fresh copy."""
+        name = pv["metadata"]["name"]
+        patch = decisions.remove_finalizer_patch(pv, self.finalizer)
+        assert patch is not None  # should_release_volume checked the finalizer
+        try:
+            return await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
+        except kube.KubeError as exc:
+            if exc.status not in (409, 422):
+                raise
+            log.info("volume_finalizer_stale_read", obj=pv, error=str(exc))
+        fresh = await self.api.get(kube.VOLUMES, name)
+        if fresh is None:
+            self.caches.volumes.remove(pv)
+            return None
+        self.caches.volumes.store(fresh)
+        if not decisions.should_release_volume(
+            fresh, finalizer=self.finalizer, attachments=self.caches.attachments
+        ):
+            return None
+        patch = decisions.remove_finalizer_patch(fresh, self.finalizer)
+        assert patch is not None
+        return await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
 
     # -- reconciliation ------------------------------------------------------------------------
 

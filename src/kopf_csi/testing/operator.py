@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import sys
 import threading
 import time
@@ -68,6 +69,7 @@ class OperatorThread:
             kopf.set_default_registry(previous)
 
     def _run(self) -> None:
+        _quiet_signal_warning()
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
@@ -141,3 +143,17 @@ async def running_operator(**kwargs: Any) -> AsyncIterator[OperatorThread]:
         yield operator
     finally:
         await operator.stop()
+
+
+class _NoSignalWarning(logging.Filter):
+    """kopf warns that a thread cannot take OS signals: expected here, and noise in the
+    sandbox's output (the caller handles Ctrl-C and stops the thread)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("OS signals are ignored")
+
+
+def _quiet_signal_warning() -> None:
+    logger = logging.getLogger("kopf._core.reactor.running")
+    if not any(isinstance(f, _NoSignalWarning) for f in logger.filters):
+        logger.addFilter(_NoSignalWarning())

@@ -107,6 +107,13 @@ class RequestLog:
         else:
             self.accesses[access] += 1
 
+    def count(self, *, verb: str | None = None, resource: str | None = None) -> int:
+        """Requests seen with this verb on this resource (either may be left out)."""
+        return sum(
+            n for access, n in self.accesses.items()
+            if verb in (None, access.verb) and resource in (None, access.resource)
+        )  # fmt: skip
+
     def clear(self) -> None:
         self.accesses.clear()
         self.non_resource.clear()

@@ -1,0 +1,84 @@
+"""The cache resync drops objects whose deletion no watch event reported.
+
+We test these aspects:
+- `Cache.prune` drops what a complete LIST did not have, but keeps what was stored after the
+  LIST began (it may be newer than the LIST's snapshot);
+- end to end: a VolumeAttachment left in the cache although the API has no such object (a
+  "ghost", as after a restart race) is dropped by the operator's next resync, and the
+  controllers hear of it as deleted; real objects stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kopf_csi.caches import Cache
+from kopf_csi.driver import Driver
+from kopf_csi.settings import KubeSettings, Settings
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.operator import OperatorThread, running_operator
+
+from ..conftest import NODE, seed_node, until
+
+
+def _va(name: str, pv: str) -> dict[str, object]:
+    return {
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "spec": {"attacher": "other.csi.example.com", "nodeName": NODE,
+                 "source": {"persistentVolumeName": pv}},
+    }  # fmt: skip
+
+
+def test_prune_drops_the_unlisted_and_keeps_the_newer() -> None:
+    cache = Cache()
+    for name in ("kept", "ghost"):
+        cache.store({"metadata": {"name": name, "resourceVersion": "1"}})
+    before = cache.mark()
+    cache.store({"metadata": {"name": "new", "resourceVersion": "2"}})  # after the LIST began
+    gone = cache.prune({"kept"}, before=before)
+    assert [obj["metadata"]["name"] for obj in gone] == ["ghost"]
+    assert "kept" in cache
+    assert "new" in cache
+    assert "ghost" not in cache
+    # The next round's LIST still lacks it: by then it was stored before the mark, so it goes.
+    again = cache.prune({"kept"}, before=cache.mark())
+    assert [obj["metadata"]["name"] for obj in again] == ["new"]
+
+
+@pytest.fixture
+async def operator(settings: Settings, driver: Driver) -> AsyncIterator[OperatorThread]:
+    kube = dataclasses.replace(settings.kube, cache_resync=0.2)
+    settings = dataclasses.replace(settings, kube=kube)
+    async with running_operator(settings=settings) as operator:
+        yield operator
+
+
+async def test_a_ghost_attachment_is_dropped_and_real_ones_stay(
+    cluster: EmulatedCluster, operator: OperatorThread
+) -> None:
+    seed_node(cluster)
+    cluster.create("volumeattachments", _va("real", "pv-real"))
+    caches = operator.memo.caches
+    await until(lambda: "real" in caches.attachments)
+    heard: list[tuple[str, bool]] = []
+
+    def listener(obj: dict[str, object], deleted: bool) -> None:
+        heard.append((obj["metadata"]["name"], deleted))  # type: ignore[index]
+
+    operator.memo["listeners"][("storage.k8s.io", "volumeattachments")].append(listener)
+    caches.attachments.store(_va("ghost", "pv-ghost"))  # never in the API: a missed deletion
+    await until(lambda: "ghost" not in caches.attachments, timeout=5)
+    await until(lambda: ("ghost", True) in heard)
+    await asyncio.sleep(0.5)  # more rounds: the real one stays
+    assert "real" in caches.attachments
+    assert ("real", True) not in heard
+
+
+def test_the_setting_is_validated() -> None:
+    with pytest.raises(ValueError, match="cache resync cannot be negative"):
+        KubeSettings(cache_resync=-1)
