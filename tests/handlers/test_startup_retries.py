@@ -116,8 +116,7 @@ async def test_each_journal_read_is_retried_alone() -> None:
     """A 5xx on one record's GET retries that GET, not the whole resume from its first record."""
     api = _FlakyReads()
     owner = types.SimpleNamespace(api=api)
-    meta = {"name": "data", "namespace": "default"}
-    claim = await Provisioner._read_claim(owner, "default/data", meta)  # type: ignore[arg-type]
+    claim = await Provisioner._read(owner, kube.CLAIMS, "default/data", "data", "default")  # type: ignore[arg-type]
     assert claim is not None
     assert claim["metadata"]["uid"] == "u1"
     assert api.calls == 3
@@ -125,5 +124,5 @@ async def test_each_journal_read_is_retried_alone() -> None:
     forbidden = _FlakyReads(status=403)
     owner = types.SimpleNamespace(api=forbidden)
     with pytest.raises(kube.KubeError):
-        await Provisioner._read_claim(owner, "default/data", meta)  # type: ignore[arg-type]
+        await Provisioner._read(owner, kube.CLAIMS, "default/data", "data", "default")  # type: ignore[arg-type]
     assert forbidden.calls == 1

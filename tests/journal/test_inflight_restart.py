@@ -20,7 +20,7 @@ import pytest
 from kopf_csi.csi import CSIClient
 from kopf_csi.csi import messages as csi
 from kopf_csi.driver import Driver
-from kopf_csi.provisioning.journal import journal_name
+from kopf_csi.provisioning.journal import journal_name, snapshot_of
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import ControllerManager
@@ -173,3 +173,96 @@ async def test_an_unwritable_journal_stops_create_volume(
         assert len(driver.state.volumes) == 1
     finally:
         await operator.stop()
+
+
+def _count_create_volume(driver: Driver, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    plan = driver.faults.plan
+
+    def counting(method: str) -> Any:
+        if method == "CreateVolume":
+            calls.append(method)
+        return plan(method)
+
+    monkeypatch.setattr(driver.faults, "plan", counting)
+    return calls
+
+
+def _bound(cluster: EmulatedCluster, name: str) -> bool:
+    claim = cluster.get("persistentvolumeclaims", "default", name) or {}
+    return claim.get("status", {}).get("phase") == "Bound"
+
+
+async def _provisioned_then_stopped(cluster: EmulatedCluster, settings: Settings) -> dict[str, Any]:
+    """A claim provisioned by one operator, which then stops; its record is gone."""
+    _seed(cluster)
+    first = OperatorThread(settings=settings)
+    await first.start()
+    try:
+        cluster.create("persistentvolumeclaims", _claim("data"), namespace="default")
+        await until(lambda: _bound(cluster, "data"))
+        await until(lambda: not _journal(cluster))
+    finally:
+        await first.stop()
+    claim = cluster.get("persistentvolumeclaims", "default", "data")
+    assert claim is not None
+    return claim
+
+
+async def _restart_until_the_journal_is_empty(
+    cluster: EmulatedCluster, driver: Driver, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """Start an operator, wait until the journal has no record, stop it: its CreateVolumes."""
+    calls = _count_create_volume(driver, monkeypatch)
+    operator = OperatorThread(settings=settings)
+    await operator.start()
+    try:
+        await until(lambda: not _journal(cluster))
+    finally:
+        await operator.stop()
+    return calls
+
+
+def _stale_record(cluster: EmulatedCluster, claim: dict[str, Any]) -> None:
+    """The record's removal was lost (a kill right after the PV was saved): put it back."""
+    record = json.dumps(snapshot_of(claim), separators=(",", ":"), sort_keys=True)
+    patch = {"data": {claim["metadata"]["uid"]: record}}
+    cluster.patch("configmaps", "default", JOURNAL, patch)
+
+
+async def test_a_stale_record_of_a_bound_claim_is_dropped_without_a_call(
+    cluster: EmulatedCluster,
+    kcm: ControllerManager,
+    driver: Driver,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    claim = await _provisioned_then_stopped(cluster, settings)
+    _stale_record(cluster, claim)
+    assert await _restart_until_the_journal_is_empty(cluster, driver, settings, monkeypatch) == []
+    assert len(driver.state.volumes) == 1
+
+
+async def test_a_stale_record_of_a_deleted_claim_with_its_pv_is_dropped_without_a_call(
+    cluster: EmulatedCluster,
+    kcm: ControllerManager,
+    driver: Driver,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    claim = await _provisioned_then_stopped(cluster, settings)
+    volume = claim["spec"]["volumeName"]
+    cluster.patch(
+        "persistentvolumes", None, volume, {"spec": {"persistentVolumeReclaimPolicy": "Retain"}}
+    )
+    cluster.delete("persistentvolumeclaims", "default", "data")
+    await until(
+        lambda: (
+            (cluster.get("persistentvolumes", None, volume) or {}).get("status", {}).get("phase")
+            == "Released"
+        )
+    )
+    _stale_record(cluster, claim)
+    assert await _restart_until_the_journal_is_empty(cluster, driver, settings, monkeypatch) == []
+    assert len(driver.state.volumes) == 1  # Retain: kept, and not made twice
+    assert cluster.get("persistentvolumes", None, volume) is not None

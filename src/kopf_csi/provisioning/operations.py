@@ -316,18 +316,36 @@ class Provisioner:
         return volume
 
     async def _save(self, volume: dict[str, Any]) -> None:
-        """Create the PV; one that exists already counts as saved (the library's volume store)."""
+        """Create the PV; one that exists already counts as saved (the library's volume store),
+        unless it is being deleted: that is an earlier PV of the same name on its way out (a
+        deleted claim finished after a restart), and the new volume would be left without one.
+        Then the save is retried until the old PV is gone."""
+        name = volume["metadata"]["name"]
+        created: Body
         try:
             created = await self.api.create(kube.VOLUMES, volume)
         except kube.ConflictError:
-            created = volume
+            existing = await self._existing_volume(name)
+            if existing is None or meta_of(existing).get("deletionTimestamp"):
+                raise ProvisioningError(
+                    f"error saving volume {name}: a volume of that name is being deleted",
+                    state=ProvisioningState.IN_BACKGROUND,
+                ) from None
+            created = existing
         except kube.KubeError as exc:
             # The driver has the volume now: keep retrying with the same name (idempotent).
             raise ProvisioningError(
-                f"error saving volume {volume['metadata']['name']}: {exc}",
-                state=ProvisioningState.IN_BACKGROUND,
+                f"error saving volume {name}: {exc}", state=ProvisioningState.IN_BACKGROUND
             ) from exc
         self.caches.volumes.store(created)
+
+    async def _existing_volume(self, name: str) -> Body | None:
+        try:
+            return await self.api.get(kube.VOLUMES, name)
+        except kube.KubeError as exc:
+            raise ProvisioningError(
+                f"error saving volume {name}: {exc}", state=ProvisioningState.IN_BACKGROUND
+            ) from exc
 
     async def _clean_up(
         self, volume: csi.Volume, secret_data: Mapping[str, str], why: str
@@ -408,10 +426,21 @@ class Provisioner:
             self.journal.release(uid_of(claim))
 
     async def resume(self) -> list[str]:
-        """After a restart: remember the journal's claims that were deleted meanwhile.
+        """After a restart: decide what each record of the in-flight journal still needs.
 
-        Returns their keys, to be queued: their CreateVolume may have run, so they are
-        provisioned to the end (and then released and deleted) instead of being forgotten.
+        A record's removal may not have reached the API before the restart, so a record does
+        not always mean "unfinished". Returns the keys to queue.
+
+        - The claim exists, bound to its volume: the outcome is known; the record goes.
+        - The claim exists, unbound: it is provisioned as usual (the record goes with the
+          outcome).
+        - The claim is gone (or replaced), and its PV exists: the volume has its PV, which the
+          deletion path owns; the record goes.
+        - The claim is gone and no PV exists: its CreateVolume may have run. It is provisioned
+          to the end (then released and deleted) instead of being forgotten (upstream #486).
+          A claim whose PV was created and already deleted before the restart, with its
+          record's removal lost, comes here too: CreateVolume then makes a volume again, which
+          is deleted the same way. That costs a volume's creation, never a leak.
         """
         if self.journal is None:
             return []
@@ -419,15 +448,29 @@ class Provisioner:
         for uid, claim in (await self.journal.load()).items():
             meta = claim.get("metadata", {})
             key = f"{meta.get('namespace')}/{meta.get('name')}"
-            current = await self._read_claim(key, meta)
-            if current is None or uid_of(current) != uid:
+            volume_name = self._volume_name(claim)
+            current = await self._read(
+                kube.CLAIMS, key, meta.get("name", ""), meta.get("namespace")
+            )
+            if current is not None and uid_of(current) == uid:
+                if (current.get("spec") or {}).get("volumeName") == volume_name:
+                    log.info("journal_record_done", claim=key, uid=uid, volume=volume_name)
+                    self.journal.release(uid)
+                    continue
+            elif await self._read(kube.VOLUMES, key, volume_name) is not None:
+                log.info("journal_record_done", claim=key, uid=uid, volume=volume_name)
+                self.journal.release(uid)
+                continue
+            else:
                 self.in_progress[key] = claim
                 log.info("resuming_deleted_claim", claim=key, uid=uid)
             keys.append(key)
         return keys
 
-    async def _read_claim(self, key: str, meta: Body) -> Body | None:
-        """GET a journal's claim, retrying transient API errors of this one read.
+    async def _read(
+        self, resource: kube.Resource, key: str, name: str, namespace: str | None = None
+    ) -> Body | None:
+        """GET one object for `resume`, retrying transient API errors of this one read.
 
         With hundreds of records, one 5xx failing the whole resume (to be restarted from the
         first record) never finished under a 3 % error rate (chaos suite).
@@ -435,11 +478,11 @@ class Provisioner:
         delay = 0.1
         while True:
             try:
-                return await self.api.get(kube.CLAIMS, meta.get("name", ""), meta.get("namespace"))
+                return await self.api.get(resource, name, namespace)
             except kube.KubeError as exc:
                 if exc.status < 500 and exc.status != 429:
                     raise
-                log.warning("journal_claim_read_retry", claim=key, error=str(exc), delay=delay)
+                log.warning("journal_read_retry", claim=key, error=str(exc), delay=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
