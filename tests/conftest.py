@@ -4,7 +4,8 @@
 `cluster`, `kubeconfig`, `kcm`, `driver`, `driver_config`, `operator`, `handler_modules` and
 `settings`, and skips `kind` tests without Docker: the same fixtures users get for testing
 their own handler modules. Test directories override `driver_config`, `settings` and
-`handler_modules` in their own conftest.py. The helpers are re-exported here for the tests.
+`handler_modules` in their own conftest.py. The helpers are re-exported here for the tests,
+and `kopf_csi.testing.spies` adds the driver spies `calls` and `secrets_seen`.
 """
 
 from __future__ import annotations
@@ -12,3 +13,5 @@ from __future__ import annotations
 from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, TOPOLOGY_KEY, seed_node, until
 
 __all__ = ["DRIVER_NAME", "NODE", "TOPOLOGY_KEY", "seed_node", "until"]
+
+pytest_plugins = ("kopf_csi.testing.spies",)  # the driver spies `calls` and `secrets_seen`

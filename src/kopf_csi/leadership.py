@@ -24,31 +24,53 @@ Differences from client-go, each on the safe side:
 - on a clean shutdown the Leases are released (client-go's ReleaseOnCancel, the sidecars'
   alpha ReleaseLeaderElectionOnExit gate): holder "" and 1 s, so a standby takes over at once.
 
-The pure decisions come first; `Candidate` (one Lease) and `Elector` (all of them) do the I/O
-through `kube.KubeClient`. Nothing here imports kopf: `runtime.lead` wires it to the memo.
+This module holds the I/O: `Candidate` (one Lease) and `Elector` (all of them) read and write
+Leases through `kube.KubeClient` and post the leadership events. The record and every pure
+decision live in `leases`; their names stay importable from here. Nothing here imports kopf:
+`runtime.lead` wires it to the memo.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime
-import enum
-import math
 import random
 import socket
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import structlog
 
 from kopf_csi import events, kube, names
-from kopf_csi.settings import LeaderElectionSettings, Settings
+from kopf_csi.leases import (
+    HEALTH_TOLERANCE,
+    JITTER,
+    ROLE_HANDLERS,
+    LeaseRecord,
+    Observation,
+    Role,
+    duration_seconds,
+    format_microtime,
+    is_expired,
+    is_free,
+    is_ours,
+    is_renewal_overdue,
+    lease_body,
+    may_acquire,
+    next_record,
+    observe,
+    parse_microtime,
+    released_record,
+    roles_for,
+    validate,
+)
+from kopf_csi.settings import LeaderElectionSettings
 
 __all__ = [
     "HEALTH_TOLERANCE",
+    "JITTER",
     "ROLE_HANDLERS",
     "Candidate",
     "Elector",
@@ -74,194 +96,11 @@ __all__ = [
 log = structlog.get_logger("kopf_csi.leadership")
 
 Body = dict[str, Any]
-HEALTH_TOLERANCE = 20.0
-"""csi-lib-utils `DefaultHealthCheckTimeout`: how long past its lease duration a leader that
-has not renewed may still call itself healthy (the `/healthz/leader-election` watchdog)."""
-JITTER = 1.2  # client-go's JitterFactor for acquisition attempts
-
-
-class Role(enum.Enum):
-    """A Go sidecar whose job we do; the order is the order of acquisition."""
-
-    PROVISIONER = names.LEASE_PREFIX_PROVISIONER
-    ATTACHER = names.LEASE_PREFIX_ATTACHER
-    RESIZER = names.LEASE_PREFIX_RESIZER
-    SNAPSHOTTER = names.LEASE_PREFIX_SNAPSHOTTER
-    HEALTH_MONITOR = names.LEASE_PREFIX_HEALTH_MONITOR
-
-    def lease_name(self, driver_name: str) -> str:
-        return names.lease_name(self.value, driver_name)
-
-
-ROLE_HANDLERS: Mapping[str, Role] = {
-    "provisioner.start": Role.PROVISIONER,
-    "capacity.start": Role.PROVISIONER,  # the capacity controller runs inside the provisioner
-    "attacher.start": Role.ATTACHER,
-    "resizer.start": Role.RESIZER,
-    "snapshotter.start": Role.SNAPSHOTTER,
-    "health.start": Role.HEALTH_MONITOR,
-}
-"""Start-up handler id → the role (and Lease) its module takes over from a Go sidecar."""
-
-
-def roles_for(handler_ids: Iterable[str], settings: Settings) -> tuple[Role, ...]:
-    """The roles this operator runs, in acquisition order: loaded modules, minus disabled ones."""
-    off = set()
-    if not settings.capacity.enabled:
-        off.add("capacity.start")
-    if not settings.health.enabled:
-        off.add("health.start")
-    wanted = {ROLE_HANDLERS[hid] for hid in handler_ids if hid in ROLE_HANDLERS and hid not in off}
-    return tuple(role for role in Role if role in wanted)
 
 
 def default_identity(identity: str = "") -> str:
     """The holder identity: the configured one or the host name, sanitized as csi-lib-utils does."""
     return names.sanitize_lease_name(identity or socket.gethostname())
-
-
-def validate(config: LeaderElectionSettings) -> None:
-    """client-go's `NewLeaderElector` checks; ValueError names the offending setting."""
-    if min(config.lease_duration, config.renew_deadline, config.retry_period) <= 0:
-        raise ValueError("leader election durations must be more than zero")
-    if config.lease_duration <= config.renew_deadline:
-        raise ValueError(
-            f"the lease duration ({config.lease_duration:g}s) must be longer than the renew"
-            f" deadline ({config.renew_deadline:g}s)"
-        )
-    if config.renew_deadline <= JITTER * config.retry_period:
-        raise ValueError(
-            f"the renew deadline ({config.renew_deadline:g}s) must be longer than"
-            f" {JITTER:g} times the retry period ({config.retry_period:g}s)"
-        )
-
-
-# -- the record --------------------------------------------------------------------------------
-
-
-def format_microtime(moment: datetime.datetime) -> str:
-    """metav1.MicroTime's JSON form: RFC 3339, UTC, always six fractional digits."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_microtime(text: str | None) -> datetime.datetime | None:
-    """A MicroTime (or a plain RFC 3339 time) as an aware datetime; None if absent or invalid."""
-    if not text:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
-
-
-def duration_seconds(lease_duration: float) -> int:
-    """The `leaseDurationSeconds` we write: whole seconds, rounded up, at least 1."""
-    return max(1, math.ceil(lease_duration))
-
-
-@dataclasses.dataclass(frozen=True)
-class LeaseRecord:
-    """client-go's LeaderElectionRecord, as it lives in a Lease's spec."""
-
-    holder: str = ""
-    duration: int = 0
-    acquire_time: str | None = None
-    renew_time: str | None = None
-    transitions: int = 0
-
-    @classmethod
-    def from_lease(cls, lease: Mapping[str, Any]) -> LeaseRecord:
-        spec = lease.get("spec") or {}
-        return cls(
-            holder=str(spec.get("holderIdentity") or ""),
-            duration=int(spec.get("leaseDurationSeconds") or 0),
-            acquire_time=spec.get("acquireTime"),
-            renew_time=spec.get("renewTime"),
-            transitions=int(spec.get("leaseTransitions") or 0),
-        )
-
-    def spec(self) -> Body:
-        """The Lease spec client-go's `LeaderElectionRecordToLeaseSpec` writes."""
-        spec: Body = {
-            "holderIdentity": self.holder,
-            "leaseDurationSeconds": self.duration,
-            "leaseTransitions": self.transitions,
-        }
-        if self.acquire_time is not None:
-            spec["acquireTime"] = self.acquire_time
-        if self.renew_time is not None:
-            spec["renewTime"] = self.renew_time
-        return spec
-
-
-@dataclasses.dataclass(frozen=True)
-class Observation:
-    """A record and the moment (our monotonic clock) we first saw it: client-go's observedTime."""
-
-    record: LeaseRecord
-    at: float
-
-
-def observe(previous: Observation | None, record: LeaseRecord, now: float) -> Observation:
-    """Keep the old observation time while the record is unchanged; restart it on any change."""
-    if previous is not None and previous.record == record:
-        return previous
-    return Observation(record, now)
-
-
-def is_free(record: LeaseRecord) -> bool:
-    return not record.holder
-
-
-def is_ours(record: LeaseRecord, identity: str) -> bool:
-    return bool(record.holder) and record.holder == identity
-
-
-def is_expired(observation: Observation, now: float) -> bool:
-    """Unchanged for its own `leaseDurationSeconds` by our clock (client-go `isLeaseValid`)."""
-    return now >= observation.at + observation.record.duration
-
-
-def may_acquire(observation: Observation, identity: str, now: float) -> bool:
-    """Free, ours already, or not renewed in time by its holder."""
-    record = observation.record
-    return is_free(record) or is_ours(record, identity) or is_expired(observation, now)
-
-
-def next_record(
-    old: LeaseRecord | None, *, identity: str, duration: int, now: datetime.datetime
-) -> LeaseRecord:
-    """What we write to acquire or renew: a renewal keeps acquireTime and the transitions."""
-    stamp = format_microtime(now)
-    if old is not None and is_ours(old, identity):
-        acquired, transitions = old.acquire_time or stamp, old.transitions
-    else:
-        acquired, transitions = stamp, (0 if old is None else old.transitions + 1)
-    return LeaseRecord(identity, duration, acquired, stamp, transitions)
-
-
-def released_record(old: LeaseRecord, *, now: datetime.datetime) -> LeaseRecord:
-    """client-go `release()`: no holder, 1 s, both times now, the transitions kept."""
-    stamp = format_microtime(now)
-    return LeaseRecord("", 1, stamp, stamp, old.transitions)
-
-
-def is_renewal_overdue(
-    renewed_at: float | None, now: float, *, lease_duration: float, tolerance: float
-) -> bool:
-    """The watchdog: a leader that has not renewed for its lease duration plus the tolerance."""
-    return renewed_at is not None and now - renewed_at > lease_duration + tolerance
-
-
-def _lease_body(name: str, namespace: str, record: LeaseRecord, base: Mapping[str, Any]) -> Body:
-    body: Body = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": dict(base.get("metadata") or {"name": name, "namespace": namespace}),
-        "spec": record.spec(),
-    }
-    return body
 
 
 # -- I/O: one Lease ----------------------------------------------------------------------------
@@ -324,7 +163,7 @@ class Candidate:
             record = next_record(
                 None, identity=self.identity, duration=self.duration, now=self.wallclock()
             )
-            body = _lease_body(self.name, self.namespace, record, {})
+            body = lease_body(self.name, self.namespace, record, {})
             created = await self.api.create(kube.LEASES, body)
             self._seen(created, record, self.clock(), written=True)
             return True
@@ -340,7 +179,7 @@ class Candidate:
             old, identity=self.identity, duration=self.duration, now=self.wallclock()
         )
         updated = await self.api.replace(
-            kube.LEASES, _lease_body(self.name, self.namespace, record, lease)
+            kube.LEASES, lease_body(self.name, self.namespace, record, lease)
         )
         if old is not None and not is_ours(old, self.identity):
             log.info(
@@ -361,7 +200,7 @@ class Candidate:
         if not self.held or self.lease is None or self.observation is None:
             return True
         record = released_record(self.observation.record, now=self.wallclock())
-        body = _lease_body(self.name, self.namespace, record, self.lease)
+        body = lease_body(self.name, self.namespace, record, self.lease)
         try:
             async with asyncio.timeout(max(timeout, 0.001)):
                 released = await self.api.replace(kube.LEASES, body)

@@ -214,3 +214,33 @@ async def test_controller_publish_secrets_reach_publish_and_unpublish(
     cluster.delete("volumeattachments", None, "va-1")
     await until(lambda: not va(cluster, "va-1"))
     assert not driver.state.volumes[handle].attachments
+
+
+async def test_attachments_of_one_volume_on_many_nodes_race_for_its_finalizer_quietly(
+    cluster: EmulatedCluster, driver: Driver, socket_path: pathlib.Path, operator: OperatorThread
+) -> None:
+    """Each VA adds our finalizer to the same PV with a guarded patch; the losers of the race
+    re-read the PV and try again at once, so none shows an attachError for it."""
+    nodes = [f"node-{index}" for index in range(1, 6)]
+    for node in nodes:
+        seed_node(cluster, node=node)
+    await attached_volume(cluster, socket_path, "pv-1")
+    cluster.patch("persistentvolumes", None, "pv-1", {"spec": {"accessModes": ["ReadWriteMany"]}})
+    known = operator.memo.caches.volumes  # as when the KCM creates VAs: the PV is known
+    await until(
+        lambda: (known.get("pv-1") or {}).get("spec", {}).get("accessModes") == ["ReadWriteMany"]
+    )
+    with cluster.subscribe("volumeattachments") as changes:
+        for index, node in enumerate(nodes):
+            cluster.create("volumeattachments", attachment(f"va-{index}", "pv-1", node=node))
+        names = [f"va-{index}" for index in range(len(nodes))]
+        await until(lambda: all(status(cluster, name).get("attached") for name in names))
+        errors = []
+        while changes.pending:
+            for change in await changes.batch():
+                error = (change.object.get("status") or {}).get("attachError")
+                if error:
+                    errors.append(error["message"])
+    assert errors == []  # not even for a moment
+    pv = cluster.get("persistentvolumes", None, "pv-1") or {}
+    assert pv["metadata"]["finalizers"] == [FINALIZER]

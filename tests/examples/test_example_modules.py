@@ -43,6 +43,13 @@ def node(cluster: EmulatedCluster) -> None:
     seed_node(cluster)
 
 
+async def known(operator: Any, namespace: str) -> None:
+    """The operator has seen the namespace's limit and the class, as it would have long before
+    a user's claim in a real cluster (both come from watches)."""
+    await until(lambda: namespace in operator.memo.namespace_limits.limits)
+    await until(lambda: "fast" in operator.memo.caches.storage_classes)
+
+
 def storage_class(cluster: EmulatedCluster, **parameters: str) -> None:
     cluster.create(
         "storageclasses",
@@ -127,6 +134,7 @@ async def test_quota_refuses_with_an_event_and_a_raised_limit_lets_it_through(
         "namespaces", {"metadata": {"name": "team-a", "annotations": {ANNOTATION: "1Mi"}}}
     )
     storage_class(cluster)
+    await known(operator, "team-a")
     claim(cluster, "small", "1Mi", namespace="team-a")
     claim(cluster, "big", "2Mi", namespace="team-a")
     claim(cluster, "elsewhere", "2Mi")  # no limit in "default"
@@ -147,6 +155,7 @@ async def test_a_broken_limit_refuses_and_says_why(
         "namespaces", {"metadata": {"name": "team-b", "annotations": {ANNOTATION: "lots"}}}
     )
     storage_class(cluster)
+    await known(operator, "team-b")
     claim(cluster, "any", "1Mi", namespace="team-b")
     messages = await until(lambda: events_of(cluster, "any", "ProvisioningFailed"))
     assert "invalid quota.kopf-csi.kopf.dev/max-volume-size annotation: 'lots'" in messages[0]

@@ -21,8 +21,8 @@ import types
 
 import pytest
 
-from kopf_csi import leadership
-from kopf_csi.leadership import LeaseRecord, Observation, Role
+from kopf_csi import leadership, leases
+from kopf_csi.leases import LeaseRecord, Observation, Role
 from kopf_csi.settings import (
     CapacitySettings,
     HealthMonitorOptions,
@@ -55,7 +55,7 @@ OTHER = "csi-provisioner-0"
     ],
 )
 def test_microtime_format(moment: datetime.datetime, text: str) -> None:
-    assert leadership.format_microtime(moment) == text
+    assert leases.format_microtime(moment) == text
 
 
 @pytest.mark.parametrize(
@@ -70,12 +70,12 @@ def test_microtime_format(moment: datetime.datetime, text: str) -> None:
     ],
 )
 def test_microtime_parse(text: str | None, moment: datetime.datetime | None) -> None:
-    assert leadership.parse_microtime(text) == moment
+    assert leases.parse_microtime(text) == moment
 
 
 def test_microtime_round_trip() -> None:
-    text = leadership.format_microtime(T0)
-    assert leadership.parse_microtime(text) == T0
+    text = leases.format_microtime(T0)
+    assert leases.parse_microtime(text) == T0
 
 
 # -- the record --------------------------------------------------------------------------------
@@ -114,13 +114,13 @@ def test_record_spec_omits_missing_times() -> None:
 
 def test_an_unchanged_record_keeps_its_observation_time() -> None:
     record = LeaseRecord(OTHER, 15, "a", "b", 0)
-    first = leadership.observe(None, record, 100.0)
-    assert leadership.observe(first, LeaseRecord(OTHER, 15, "a", "b", 0), 110.0) is first
+    first = leases.observe(None, record, 100.0)
+    assert leases.observe(first, LeaseRecord(OTHER, 15, "a", "b", 0), 110.0) is first
 
 
 def test_a_changed_record_restarts_the_observation() -> None:
-    first = leadership.observe(None, LeaseRecord(OTHER, 15, "a", "b", 0), 100.0)
-    renewed = leadership.observe(first, LeaseRecord(OTHER, 15, "a", "c", 0), 110.0)
+    first = leases.observe(None, LeaseRecord(OTHER, 15, "a", "b", 0), 100.0)
+    renewed = leases.observe(first, LeaseRecord(OTHER, 15, "a", "c", 0), 110.0)
     assert renewed.at == 110.0
 
 
@@ -131,7 +131,7 @@ def test_a_changed_record_restarts_the_observation() -> None:
 def test_expiry_counts_from_the_observation_by_our_clock(now: float, expired: bool) -> None:
     # The record's own renewTime is a day old: irrelevant, only our observation counts.
     record = LeaseRecord(OTHER, 15, "2026-11-28T10:00:00.000000Z", "2026-11-28T10:00:00.000000Z")
-    assert leadership.is_expired(Observation(record, 100.0), now) is expired
+    assert leases.is_expired(Observation(record, 100.0), now) is expired
 
 
 @pytest.mark.parametrize(
@@ -145,13 +145,13 @@ def test_expiry_counts_from_the_observation_by_our_clock(now: float, expired: bo
     ],
 )
 def test_who_may_acquire(record: LeaseRecord, now: float, allowed: bool) -> None:
-    assert leadership.may_acquire(Observation(record, 100.0), ME, now) is allowed
+    assert leases.may_acquire(Observation(record, 100.0), ME, now) is allowed
 
 
 def test_is_ours_needs_a_holder() -> None:
-    assert not leadership.is_ours(LeaseRecord("", 1), "")
-    assert leadership.is_free(LeaseRecord("", 1))
-    assert not leadership.is_free(LeaseRecord(ME, 1))
+    assert not leases.is_ours(LeaseRecord("", 1), "")
+    assert leases.is_free(LeaseRecord("", 1))
+    assert not leases.is_free(LeaseRecord(ME, 1))
 
 
 # -- the next record ---------------------------------------------------------------------------
@@ -187,19 +187,19 @@ STAMP1 = "2026-11-29T10:00:05.000000Z"
     ],
 )
 def test_next_record(old: LeaseRecord | None, expected: LeaseRecord) -> None:
-    assert leadership.next_record(old, identity=ME, duration=2, now=T1) == expected
+    assert leases.next_record(old, identity=ME, duration=2, now=T1) == expected
 
 
 def test_released_record_is_client_gos() -> None:
     old = LeaseRecord(ME, 15, STAMP0, STAMP0, 3)
-    assert leadership.released_record(old, now=T1) == LeaseRecord("", 1, STAMP1, STAMP1, 3)
+    assert leases.released_record(old, now=T1) == LeaseRecord("", 1, STAMP1, STAMP1, 3)
 
 
 @pytest.mark.parametrize(
     ("seconds", "written"), [(15.0, 15), (1.5, 2), (0.2, 1), (2.0, 2), (14.001, 15)]
 )
 def test_written_duration_rounds_up(seconds: float, written: int) -> None:
-    assert leadership.duration_seconds(seconds) == written
+    assert leases.duration_seconds(seconds) == written
 
 
 # -- the watchdog ------------------------------------------------------------------------------
@@ -215,8 +215,7 @@ def test_written_duration_rounds_up(seconds: float, written: int) -> None:
 )
 def test_renewal_overdue(renewed_at: float | None, now: float, overdue: bool) -> None:
     assert (
-        leadership.is_renewal_overdue(renewed_at, now, lease_duration=15.0, tolerance=20.0)
-        is overdue
+        leases.is_renewal_overdue(renewed_at, now, lease_duration=15.0, tolerance=20.0) is overdue
     )
 
 
@@ -224,7 +223,7 @@ def test_renewal_overdue(renewed_at: float | None, now: float, overdue: bool) ->
 
 
 def test_go_defaults_are_valid() -> None:
-    leadership.validate(LeaderElectionSettings(enabled=True))
+    leases.validate(LeaderElectionSettings(enabled=True))
 
 
 @pytest.mark.parametrize(
@@ -239,7 +238,7 @@ def test_invalid_durations_are_named(changes: dict[str, float], message: str) ->
     # The settings refuse these too, as they are built; the Elector checks what it is given.
     config = types.SimpleNamespace(**{**dataclasses.asdict(LeaderElectionSettings()), **changes})
     with pytest.raises(ValueError, match=message):
-        leadership.validate(config)  # type: ignore[arg-type]
+        leases.validate(config)  # type: ignore[arg-type]
 
 
 def test_default_identity_is_the_sanitized_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,4 +284,4 @@ DEFAULTS = (
 def test_roles_from_loaded_handlers(
     ids: tuple[str, ...], settings: Settings, roles: tuple[Role, ...]
 ) -> None:
-    assert leadership.roles_for(ids, settings) == roles
+    assert leases.roles_for(ids, settings) == roles

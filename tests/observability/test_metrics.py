@@ -11,6 +11,11 @@ We test these aspects, all scraped over HTTP from the operator's `/metrics`:
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+from prometheus_client.samples import Sample
+
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import Driver
 from kopf_csi.metrics import DEFAULT_BUCKETS, OPERATION_BUCKETS, QUEUE_BUCKETS
@@ -36,6 +41,25 @@ def _buckets(samples: list, name: str, /, **labels: str) -> list[float]:
     )  # fmt: skip
 
 
+async def _scrape_when_idle(
+    operator: OperatorThread, *queues: str, timeout: float = 5.0
+) -> list[Sample]:
+    """Scrape until the queues have nothing queued and nothing running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = await scrape(operator)
+        busy = [
+            name for name in queues
+            if value(samples, "workqueue_depth", name=name)
+            or value(samples, "workqueue_unfinished_work_seconds", name=name)
+        ]  # fmt: skip
+        if not busy:
+            return samples
+        if time.monotonic() > deadline:
+            raise AssertionError(f"queues still busy after {timeout}s: {busy}")
+        await asyncio.sleep(0.05)
+
+
 async def test_a_provisioned_claim_shows_in_the_metrics(
     cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread
 ) -> None:
@@ -43,7 +67,8 @@ async def test_a_provisioned_claim_shows_in_the_metrics(
     claim = make_claim(cluster, "data", storage_class="fast")
     await wait_for_bound(cluster, claim)
 
-    samples = await scrape(operator)
+    # The binding wakes the claim once more; read the metrics once that pass is over.
+    samples = await _scrape_when_idle(operator, "claims", "volumes")
     ok = {"driver_name": DRIVER_NAME, "method_name": CREATE, "grpc_status_code": "OK"}
     assert value(samples, f"{OPS}_count", **ok) == 1
     assert value(samples, f"{OPS}_sum", **ok) > 0

@@ -7,8 +7,9 @@ emulated API over HTTP, the KCM stand-in, and the reference driver over its unix
   into a test's second or two (the Go defaults are 1 s .. 5 min and 10 s);
 - the nodes: Node and CSINode objects for two nodes, as kubelet and the node-driver-registrar
   register them, so that topology has keys and segments to work with;
-- spies on the driver: every CreateVolume request it handled, every call it received
-  (through its fault plan, so that failed calls count too), and the secrets each call carried;
+- a spy on the driver: every CreateVolume request it handled (the spies on every call it
+  received and on the secrets each call carried, `calls` and `secrets_seen`, come from
+  `kopf_csi.testing.spies`, registered in tests/conftest.py);
 - helpers to create StorageClasses, claims and pods, and to wait for phases and events.
 """
 
@@ -22,9 +23,7 @@ from typing import Any
 
 import pytest
 
-from kopf_csi.driver import Driver
 from kopf_csi.driver import volumes as driver_volumes
-from kopf_csi.driver.faults import Plan
 from kopf_csi.driver.volumes import VolumeRequest
 from kopf_csi.settings import CSISettings, ProvisionerOptions, Settings
 from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, Subscription
@@ -119,50 +118,6 @@ def created(monkeypatch: pytest.MonkeyPatch) -> list[VolumeRequest]:
         return await original(backend, request)
 
     monkeypatch.setattr(driver_volumes, "create_volume", spy)
-    return seen
-
-
-class Calls:
-    """RPCs as they reach the driver, with their monotonic times, failed ones included."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, float]] = []
-
-    def count(self, method: str) -> int:
-        return sum(1 for name, _ in self.log if name == method)
-
-    def times(self, method: str) -> list[float]:
-        return [when for name, when in self.log if name == method]
-
-
-@pytest.fixture
-def calls(driver: Driver, monkeypatch: pytest.MonkeyPatch) -> Calls:
-    """Every RPC the driver received, spied on through its fault plan (consulted first)."""
-    seen = Calls()
-    original = driver.faults.plan
-
-    def plan(method: str) -> Plan:
-        seen.log.append((method, time.monotonic()))
-        return original(method)
-
-    monkeypatch.setattr(driver.faults, "plan", plan)
-    return seen
-
-
-@pytest.fixture
-def secrets_seen(
-    driver: Driver, monkeypatch: pytest.MonkeyPatch
-) -> list[tuple[str, dict[str, str]]]:
-    """The secrets every secret-bearing RPC carried, as (method, secrets)."""
-    seen: list[tuple[str, dict[str, str]]] = []
-    backend = driver.backend
-    original = backend.check_secrets
-
-    def check(method: str, given: Mapping[str, str]) -> None:
-        seen.append((method, dict(given)))
-        original(method, given)
-
-    monkeypatch.setattr(backend, "check_secrets", check)
     return seen
 
 

@@ -22,12 +22,12 @@ from kopf_csi.csi import Code
 from kopf_csi.driver import Driver, DriverConfig
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..conftest import DRIVER_NAME, NODE
 from .conftest import (
     NAMESPACE,
     RETRY_MAX,
-    Calls,
     assert_stays,
     changes_until_deleted,
     events_for,

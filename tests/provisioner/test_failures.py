@@ -32,6 +32,7 @@ from kopf_csi.driver.volumes import VolumeRequest
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..conftest import DRIVER_NAME
 from .conftest import (
@@ -39,7 +40,6 @@ from .conftest import (
     NODE_2,
     RETRY_MAX,
     RETRY_START,
-    Calls,
     assert_stays,
     changes_until_deleted,
     drain,

@@ -28,6 +28,7 @@ from kopf_csi.driver.volumes import VolumeRequest
 from kopf_csi.settings import ProvisionerOptions
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..conftest import DRIVER_NAME, NODE
 from .conftest import (
@@ -36,7 +37,6 @@ from .conftest import (
     RETRY_MAX,
     RETRY_START,
     TOPOLOGY_KEY,
-    Calls,
     assert_stays,
     drain,
     events_for,

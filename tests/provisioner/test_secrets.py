@@ -24,10 +24,10 @@ from kopf_csi.driver import Driver, DriverConfig, SecretsPolicy
 from kopf_csi.driver.volumes import VolumeRequest
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from .conftest import (
     NAMESPACE,
-    Calls,
     events_for,
     make_claim,
     make_storage_class,

@@ -26,11 +26,11 @@ from kopf_csi.driver.volumes import VolumeRequest
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..conftest import DRIVER_NAME
 from .conftest import (
     NAMESPACE,
-    Calls,
     assert_stays,
     drain,
     events_for,

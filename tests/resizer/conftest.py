@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import time
 from typing import Any
 
 import pytest
 
-from kopf_csi.driver import Driver, DriverConfig, Features
-from kopf_csi.driver.faults import Plan
+from kopf_csi.driver import DriverConfig, Features
 from kopf_csi.resizing.options import ResizerOptions
 from kopf_csi.settings import CSISettings, KubeSettings, ProvisionerOptions, Settings
 from kopf_csi.testing.emulator import Body, EmulatedCluster
@@ -97,29 +95,6 @@ def node(cluster: EmulatedCluster) -> str:
 async def operator(operator: OperatorThread, cluster: EmulatedCluster, kcm: Any) -> Any:
     yield operator
     await settled(cluster)
-
-
-class Calls:
-    """The RPCs the driver received (failed ones too), by method, with their times."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, float]] = []
-
-    def count(self, method: str) -> int:
-        return sum(1 for name, _ in self.log if name == method)
-
-
-@pytest.fixture
-def calls(driver: Driver, monkeypatch: pytest.MonkeyPatch) -> Calls:
-    seen = Calls()
-    original = driver.faults.plan
-
-    def plan(method: str) -> Plan:
-        seen.log.append((method, time.monotonic()))
-        return original(method)
-
-    monkeypatch.setattr(driver.faults, "plan", plan)
-    return seen
 
 
 # --- helpers ---------------------------------------------------------------------------------

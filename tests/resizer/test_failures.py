@@ -20,11 +20,11 @@ from kopf_csi.csi import Code
 from kopf_csi.driver import Driver, Limits
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..conftest import DRIVER_NAME
 from ..provisioner.conftest import assert_stays, wait_until
 from .conftest import (
-    Calls,
     bound_claim,
     conditions_of,
     grow,

@@ -17,10 +17,11 @@ from kopf_csi import names
 from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..conftest import DRIVER_NAME
 from ..provisioner.conftest import make_pod, wait_until
-from .conftest import NAMESPACE, Calls, bound_claim, grow, messages, resize_status
+from .conftest import NAMESPACE, bound_claim, grow, messages, resize_status
 
 OFFLINE = {"features": {"online_expansion": False}}
 

@@ -21,12 +21,12 @@ from kopf_csi import names
 from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..conftest import DRIVER_NAME
 from ..provisioner.conftest import assert_stays, wait_until
 from .conftest import (
     NAMESPACE,
-    Calls,
     bound_claim,
     claim_of,
     conditions_of,

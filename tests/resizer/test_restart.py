@@ -14,9 +14,10 @@ from kopf_csi.driver import Driver
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..provisioner.conftest import wait_until
-from .conftest import Calls, bound_claim, grow, resize_status, status_of
+from .conftest import bound_claim, grow, resize_status, status_of
 
 
 async def test_a_resize_cut_off_by_a_restart_is_finished_by_the_next_operator(

@@ -28,7 +28,6 @@ from ..provisioner.conftest import (  # noqa: F401 (fixtures)
     RETRY_START,
     nodes,
     operator,
-    secrets_seen,
 )
 
 # Values long and odd enough never to occur by chance in any output.

@@ -7,7 +7,7 @@ reference driver over its unix socket. Here:
 
 - fast settings: a 1 s CSI timeout and retries from 0.05 s up to 0.5 s (Go: 1m, 1s .. 5min);
   `snapshotter_options` and `driver_options` take an indirect parameter to change them;
-- `calls`: every RPC the driver received (failed ones included), through its fault plan;
+- the driver spies `calls` and `secrets_seen` come from `kopf_csi.testing.spies`;
 - helpers to make classes, claims, snapshots and secrets, and to read contents.
 """
 
@@ -16,15 +16,13 @@ from __future__ import annotations
 import base64
 import dataclasses
 import pathlib
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 
 from kopf_csi import names
-from kopf_csi.driver import Driver, DriverConfig
-from kopf_csi.driver.faults import Plan
+from kopf_csi.driver import DriverConfig
 from kopf_csi.settings import CSISettings, ProvisionerOptions, Settings, SnapshotterOptions
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.snapshots import SnapshotController, content_name
@@ -35,7 +33,6 @@ from ..provisioner.conftest import make_claim, make_storage_class, settled, wait
 __all__ = [
     "DRIVER_NAME",
     "NAMESPACE",
-    "Calls",
     "content",
     "content_name",
     "make_claim",
@@ -95,50 +92,6 @@ async def snapshots(cluster: EmulatedCluster) -> AsyncIterator[SnapshotControlle
     async with SnapshotController(cluster) as controller:
         yield controller
     await settled(cluster)
-
-
-class Calls:
-    """RPCs as they reach the driver (before faults), in order."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, float]] = []
-
-    def count(self, method: str) -> int:
-        return sum(1 for name, _ in self.log if name == method)
-
-    @property
-    def methods(self) -> list[str]:
-        return [name for name, _ in self.log]
-
-
-@pytest.fixture
-def calls(driver: Driver, monkeypatch: pytest.MonkeyPatch) -> Calls:
-    seen = Calls()
-    original = driver.faults.plan
-
-    def plan(method: str) -> Plan:
-        seen.log.append((method, time.monotonic()))
-        return original(method)
-
-    monkeypatch.setattr(driver.faults, "plan", plan)
-    return seen
-
-
-@pytest.fixture
-def secrets_seen(
-    driver: Driver, monkeypatch: pytest.MonkeyPatch
-) -> list[tuple[str, dict[str, str]]]:
-    """The secrets every secret-bearing RPC carried, as (method, secrets)."""
-    seen: list[tuple[str, dict[str, str]]] = []
-    backend = driver.backend
-    original = backend.check_secrets
-
-    def check(method: str, given: Mapping[str, str]) -> None:
-        seen.append((method, dict(given)))
-        original(method, given)
-
-    monkeypatch.setattr(backend, "check_secrets", check)
-    return seen
 
 
 def make_class(

@@ -20,11 +20,11 @@ from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.snapshots import SnapshotController
+from kopf_csi.testing.spies import Calls
 
 from ..provisioner.conftest import wait_for_event, wait_for_gone
 from .conftest import (
     NAMESPACE,
-    Calls,
     content,
     make_class,
     make_snapshot,

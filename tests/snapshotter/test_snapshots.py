@@ -25,11 +25,11 @@ from kopf_csi.settings import SnapshotterOptions
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.snapshots import SnapshotController
+from kopf_csi.testing.spies import Calls
 
 from ..provisioner.conftest import wait_for_gone
 from .conftest import (
     NAMESPACE,
-    Calls,
     content,
     make_claim,
     make_class,

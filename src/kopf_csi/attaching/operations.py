@@ -162,16 +162,36 @@ class Attacher:
         return va, dict(response.publish_context)
 
     async def _add_volume_finalizer(self, pv: Body) -> None:
-        patch = decisions.add_finalizer_patch(pv, self.finalizer)
-        if patch is None:
+        """The guarded JSON patch; on a stale read (409/422: the finalizers changed since, e.g.
+        by a VA of the same PV on another node) once more against a fresh copy, so that two
+        attachments of one volume do not show a transient error for a lost race."""
+        name = pv["metadata"]["name"]
+        for attempt in (1, 2):
+            patch = decisions.add_finalizer_patch(pv, self.finalizer)
+            if patch is None:
+                return
+            try:
+                updated = await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
+            except kube.KubeError as exc:
+                if attempt == 1 and exc.status in (409, 422):
+                    fresh = await self._fresh_volume(name)
+                    if fresh is not None:
+                        pv = fresh
+                        continue
+                raise AttachError(
+                    names.MESSAGE_PV_FINALIZER_FAILED.format(error=exc.message)
+                ) from exc
+            self.caches.volumes.store(updated)
             return
+
+    async def _fresh_volume(self, name: str) -> Body | None:
         try:
-            updated = await self.api.patch(
-                kube.VOLUMES, pv["metadata"]["name"], patch, patch_type="json"
-            )
-        except kube.KubeError as exc:
-            raise AttachError(names.MESSAGE_PV_FINALIZER_FAILED.format(error=exc.message)) from exc
-        self.caches.volumes.store(updated)
+            fresh = await self.api.get(kube.VOLUMES, name)
+        except kube.KubeError:
+            return None  # the first error is the one reported
+        if fresh is not None:
+            self.caches.volumes.store(fresh)
+        return fresh
 
     async def _prepare(self, va: Body, node_id: str) -> Body:
         """The finalizer and the node-ID annotation, saved before ControllerPublish."""

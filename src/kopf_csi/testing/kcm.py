@@ -36,15 +36,14 @@ the next batch, and a pass that writes nothing ends the cycle.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from types import TracebackType
 
-from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, StatusError, Subscription
+from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
+from kopf_csi.testing.standins import StandIn
 
 __all__ = ["ControllerManager", "attachment_name"]
 
@@ -59,14 +58,6 @@ ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 ANN_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 PV_CONTROLLER = "persistentvolume-controller"
 
-_WATCHED = (
-    "persistentvolumeclaims",
-    "persistentvolumes",
-    "storageclasses",
-    "pods",
-    "csidrivers",
-    "volumeattachments",
-)
 _EXTERNAL_PROVISIONING = (
     "Waiting for a volume to be created either by the external provisioner '{}' or manually by "
     "the system administrator. If volume creation is delayed, please verify that the "
@@ -113,8 +104,18 @@ def _pod_active(pod: Body) -> bool:
     return _phase(pod) not in ("Succeeded", "Failed")
 
 
-class ControllerManager:
+class ControllerManager(StandIn):
     """``async with ControllerManager(cluster): ...`` runs the stand-in as a background task."""
+
+    watched = (
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "storageclasses",
+        "pods",
+        "csidrivers",
+        "volumeattachments",
+    )
+    task_name = "kcm-stand-in"
 
     def __init__(
         self,
@@ -124,34 +125,13 @@ class ControllerManager:
         attachments: bool = True,  # the attach/detach controller (VolumeAttachments)
         scheduler: bool = True,  # selected-node for WaitForFirstConsumer claims
     ) -> None:
-        self.cluster = cluster
+        super().__init__(cluster)
         self.enabled = {"volumes": volumes, "attachments": attachments, "scheduler": scheduler}
         self.passes = 0
-        self._cache: dict[str, dict[tuple[str, str], Body]] = {plural: {} for plural in _WATCHED}
         self._emitted: set[tuple[str, str, str]] = set()
         self._attachments: set[str] = set()  # VA names this attach/detach controller created
         self._claimed: dict[tuple[str, str], Body] = {}
-        self._feed: Subscription | None = None
-        self._task: asyncio.Task[None] | None = None
         self._passed = asyncio.Event()
-
-    async def __aenter__(self) -> ControllerManager:
-        self._feed = self.cluster.subscribe(*_WATCHED, initial=True)
-        self._task = asyncio.create_task(self._run(self._feed), name="kcm-stand-in")
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._feed is not None:
-            self._feed.close()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     async def settled(self) -> None:
         """Wait until every change committed so far has been through a pass."""
@@ -169,21 +149,6 @@ class ControllerManager:
             except Exception:  # a controller logs and carries on; the next change retries
                 log.exception("kcm stand-in pass failed")
             self._passed.set()
-
-    def _observe(self, change: Change) -> None:
-        meta = change.object["metadata"]
-        key = (meta.get("namespace") or "", meta["name"])
-        if change.type == "DELETED":
-            self._cache[change.kind.plural].pop(key, None)
-        else:
-            self._cache[change.kind.plural][key] = change.object
-
-    def _put(self, plural: str, obj: Body) -> Body:
-        """Record our own write at once, so the rest of this pass sees it (cache objects are
-        shared with the emulator and never mutated: every write builds new dicts)."""
-        meta = obj["metadata"]
-        self._cache[plural][(meta.get("namespace") or "", meta["name"])] = obj
-        return obj
 
     def sync(self) -> None:
         """One level-triggered pass over everything (synchronous, so atomic for the emulator)."""

@@ -31,28 +31,19 @@ per batch of changes, like `kcm`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime
 import logging
-from types import TracebackType
 
 from kopf_csi import names
 from kopf_csi.provisioning.quantities import format_binary_si
 from kopf_csi.snapshotting import parameters
 from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
+from kopf_csi.testing.standins import StandIn
 
 __all__ = ["SnapshotController", "content_name"]
 
 log = logging.getLogger(__name__)
 
-_WATCHED = (
-    "volumesnapshots",
-    "volumesnapshotcontents",
-    "volumesnapshotclasses",
-    "persistentvolumeclaims",
-    "persistentvolumes",
-)
 _OUR_SNAPSHOT_FINALIZERS = (names.FINALIZER_SNAPSHOT_AS_SOURCE, names.FINALIZER_SNAPSHOT_BOUND)
 
 
@@ -74,43 +65,26 @@ def _rfc3339(nanoseconds: int) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class SnapshotController:
+class SnapshotController(StandIn):
     """``async with SnapshotController(cluster): ...`` runs the stand-in as a background task."""
 
+    watched = (
+        "volumesnapshots",
+        "volumesnapshotcontents",
+        "volumesnapshotclasses",
+        "persistentvolumeclaims",
+        "persistentvolumes",
+    )
+    task_name = "snapshot-controller"
+
     def __init__(self, cluster: EmulatedCluster) -> None:
-        self.cluster = cluster
+        super().__init__(cluster)
         self.passes = 0
-        self._cache: dict[str, dict[tuple[str, str], Body]] = {plural: {} for plural in _WATCHED}
-        self._feed: Subscription | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> SnapshotController:
-        self._feed = self.cluster.subscribe(*_WATCHED, initial=True)
-        self._task = asyncio.create_task(self._run(self._feed), name="snapshot-controller")
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._feed is not None:
-            self._feed.close()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     async def _run(self, feed: Subscription) -> None:
         while changes := await feed.batch():
             for change in changes:
-                meta = change.object["metadata"]
-                key = (meta.get("namespace") or "", meta["name"])
-                if change.type == "DELETED":
-                    self._cache[change.kind.plural].pop(key, None)
-                else:
-                    self._cache[change.kind.plural][key] = change.object
+                self._observe(change)
             try:
                 self.sync()
             except Exception:  # a controller logs and carries on; the next change retries
@@ -132,11 +106,6 @@ class SnapshotController:
 
     def _get(self, plural: str, name: str, namespace: str = "") -> Body | None:
         return self._cache[plural].get((namespace, name))
-
-    def _put(self, plural: str, obj: Body) -> Body:
-        meta = obj["metadata"]
-        self._cache[plural][(meta.get("namespace") or "", meta["name"])] = obj
-        return obj
 
     def _patch(self, plural: str, obj: Body, patch: Body, *, status: bool = False) -> Body:
         meta = obj["metadata"]

@@ -1,0 +1,71 @@
+"""The common frame of the in-process controller stand-ins (`kcm`, `snapshots`).
+
+A stand-in watches some kinds of an `EmulatedCluster` through one change feed and runs as a
+background task for the duration of ``async with``: leaving it closes the feed and cancels
+the task. It keeps the objects it has seen in a local cache (its informers), updated from the
+feed (`_observe`) and at once from its own writes (`_put`). What it does with them is the
+subclass's `_run`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from types import TracebackType
+from typing import ClassVar, Self
+
+from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, Subscription
+
+__all__ = ["StandIn"]
+
+
+class StandIn(abc.ABC):
+    """``async with SomeStandIn(cluster): ...`` runs `_run` on a feed of the `watched` kinds."""
+
+    watched: ClassVar[tuple[str, ...]]  # the plurals subscribed to (and cached)
+    task_name: ClassVar[str]
+
+    def __init__(self, cluster: EmulatedCluster) -> None:
+        self.cluster = cluster
+        self._cache: dict[str, dict[tuple[str, str], Body]] = {p: {} for p in self.watched}
+        self._feed: Subscription | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        self._feed = self.cluster.subscribe(*self.watched, initial=True)
+        self._task = asyncio.create_task(self._run(self._feed), name=self.task_name)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._feed is not None:
+            self._feed.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @abc.abstractmethod
+    async def _run(self, feed: Subscription) -> None:
+        """Take the feed's batches until it closes."""
+
+    def _observe(self, change: Change) -> None:
+        """Update the cache from one change of the feed."""
+        meta = change.object["metadata"]
+        key = (meta.get("namespace") or "", meta["name"])
+        if change.type == "DELETED":
+            self._cache[change.kind.plural].pop(key, None)
+        else:
+            self._cache[change.kind.plural][key] = change.object
+
+    def _put(self, plural: str, obj: Body) -> Body:
+        """Record our own write at once, so the rest of this pass sees it (cache objects are
+        shared with the emulator and never mutated: every write builds new dicts)."""
+        meta = obj["metadata"]
+        self._cache[plural][(meta.get("namespace") or "", meta["name"])] = obj
+        return obj
