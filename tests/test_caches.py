@@ -78,3 +78,22 @@ def test_a_plain_cache_keeps_the_object_minus_managed_fields() -> None:
     del body["metadata"]["managedFields"]
     cache.store(body)
     assert cache.get("pvc-1") is body
+
+
+def test_an_older_version_does_not_replace_a_newer_one() -> None:
+    cache = Cache()
+    newer = json.loads(json.dumps(VOLUME))
+    newer["metadata"]["resourceVersion"] = "12"
+    cache.store(newer)  # e.g. our own write's answer
+    late = json.loads(json.dumps(VOLUME))
+    late["metadata"]["resourceVersion"] = "9"
+    late["status"]["phase"] = "Pending"
+    cache.store(late)  # the watch event of an earlier version, arriving after it
+    stored = cache.get("pvc-1")
+    assert stored is not None
+    assert stored["status"]["phase"] == "Bound"
+    opaque = json.loads(json.dumps(VOLUME))
+    opaque["metadata"]["resourceVersion"] = "a1"  # not an integer: the last arrival wins
+    opaque["status"]["phase"] = "Released"
+    cache.store(opaque)
+    assert cache.get("pvc-1")["status"]["phase"] == "Released"  # type: ignore[index]

@@ -60,6 +60,15 @@ def _compact(value: Any) -> Any:
     return value
 
 
+def _older(version: str, known: str | None) -> bool:
+    """Whether `version` precedes `known`. resourceVersions are opaque to clients, but every
+    API server we know gives etcd's revisions, integers that grow; with anything else, the
+    version that arrives last wins, as in an informer."""
+    if known is None or not (version.isdigit() and known.isdigit()):
+        return False
+    return int(version) < int(known)
+
+
 _intern = sys.intern
 _INTERN_MAX = 64  # names, uids and enum-like values; not long texts such as messages
 
@@ -80,12 +89,16 @@ class Cache:
 
     def store(self, obj: Body) -> None:
         """Keep a compact copy; the same version again (another handler's view of the same
-        watch event, or our own write's answer echoed by the watch) is not copied again."""
+        watch event, or our own write's answer echoed by the watch) is not copied again, and an
+        older one is not kept: the watch event of a version before our own write's answer,
+        arriving after it, would undo what we know (the resizer expanded twice)."""
         key = object_key(obj)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         known = self._objects.get(key)
-        if version and known is not None and known["metadata"].get("resourceVersion") == version:
-            return
+        if version and known is not None:
+            known_version = known["metadata"].get("resourceVersion")
+            if known_version == version or _older(version, known_version):
+                return
         self._objects[key] = self._copy(obj)
         self._stores += 1
         self._stored_at[key] = self._stores
