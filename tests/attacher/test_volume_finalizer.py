@@ -159,3 +159,32 @@ def _driver() -> DriverInfo:
         volume_expansion=frozenset(),
         controller_capabilities=frozenset({"PUBLISH_UNPUBLISH_VOLUME"}),
     )
+
+
+async def test_a_volume_gone_after_a_stale_read_leaves_the_cache_too(
+    cluster: EmulatedCluster, api: kube.KubeClient, socket_path: pathlib.Path
+) -> None:
+    body = volume("pv-1", "vol-1")
+    body["metadata"]["finalizers"] = [PROVISIONER_FINALIZER, FINALIZER]
+    cluster.create("persistentvolumes", body)
+    cluster.delete("persistentvolumes", None, "pv-1")
+    stale = cluster.get("persistentvolumes", None, "pv-1")
+    assert stale is not None
+    caches = Caches()
+    caches.volumes.store(stale)
+    async with CSIClient(str(socket_path)) as client:
+        attacher = Attacher(
+            csi_client=client, api=api, caches=caches, driver=_driver(), options=FAST_ATTACHER
+        )
+        # Our patch fails its `test` (the finalizers changed), and the fresh read finds nothing.
+        real_get = api.get
+
+        async def gone_meanwhile(*args: Any, **kwargs: Any) -> Any:
+            cluster.patch("persistentvolumes", None, "pv-1", {"metadata": {"finalizers": []}})
+            return await real_get(*args, **kwargs)
+
+        cluster.patch("persistentvolumes", None, "pv-1", {"metadata": {"finalizers": [FINALIZER]}})
+        api.get = gone_meanwhile  # type: ignore[method-assign]
+        assert await attacher.sync_volume("pv-1") == DONE
+    assert "pv-1" not in caches.volumes
+    assert cluster.get("persistentvolumes", None, "pv-1") is None

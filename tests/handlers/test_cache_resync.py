@@ -13,11 +13,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+import structlog.testing
 
+from kopf_csi import kube, runtime
 from kopf_csi.caches import Cache
 from kopf_csi.driver import Driver
+from kopf_csi.runtime import OperatorMemo
 from kopf_csi.settings import KubeSettings, Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread, running_operator
@@ -71,6 +75,8 @@ async def test_a_ghost_attachment_is_dropped_and_real_ones_stay(
         heard.append((obj["metadata"]["name"], deleted))  # type: ignore[index]
 
     operator.memo["listeners"][("storage.k8s.io", "volumeattachments")].append(listener)
+    # One failing LIST costs a round, not the resync: the next round still finds the ghost.
+    cluster.faults.add(500, verb="list", resource="volumeattachments", times=2)
     caches.attachments.store(_va("ghost", "pv-ghost"))  # never in the API: a missed deletion
     await until(lambda: "ghost" not in caches.attachments, timeout=5)
     await until(lambda: ("ghost", True) in heard)
@@ -82,3 +88,25 @@ async def test_a_ghost_attachment_is_dropped_and_real_ones_stay(
 def test_the_setting_is_validated() -> None:
     with pytest.raises(ValueError, match="cache resync cannot be negative"):
         KubeSettings(cache_resync=-1)
+
+
+async def test_a_failing_listener_does_not_keep_the_event_from_the_others() -> None:
+    memo = OperatorMemo()
+    heard: list[str] = []
+
+    def broken(obj: dict[str, Any], deleted: bool) -> None:
+        raise KeyError("bug")
+
+    async def fine(obj: dict[str, Any], deleted: bool) -> None:
+        heard.append(obj["metadata"]["name"])
+
+    runtime.subscribe(memo, kube.VOLUMES, broken)
+    runtime.subscribe(memo, kube.VOLUMES, fine)
+    runtime.subscribe(memo, kube.CLAIMS, fine)
+    with structlog.testing.capture_logs() as logs:
+        await runtime.notify(memo, kube.VOLUMES, {"metadata": {"name": "pv-1"}}, deleted=False)
+    assert heard == ["pv-1"]  # and only once: the claims' listener is not called for a PV
+    failed = [entry for entry in logs if entry["event"] == "listener_failed"]
+    assert len(failed) == 1
+    assert "broken" in failed[0]["listener"]
+    assert "KeyError" in failed[0]["error"]

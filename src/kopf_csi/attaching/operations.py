@@ -16,7 +16,7 @@ import asyncio
 import collections
 import contextlib
 import datetime
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -162,36 +162,14 @@ class Attacher:
         return va, dict(response.publish_context)
 
     async def _add_volume_finalizer(self, pv: Body) -> None:
-        """The guarded JSON patch; on a stale read (409/422: the finalizers changed since, e.g.
-        by a VA of the same PV on another node) once more against a fresh copy, so that two
-        attachments of one volume do not show a transient error for a lost race."""
-        name = pv["metadata"]["name"]
-        for attempt in (1, 2):
-            patch = decisions.add_finalizer_patch(pv, self.finalizer)
-            if patch is None:
-                return
-            try:
-                updated = await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
-            except kube.KubeError as exc:
-                if attempt == 1 and exc.status in (409, 422):
-                    fresh = await self._fresh_volume(name)
-                    if fresh is not None:
-                        pv = fresh
-                        continue
-                raise AttachError(
-                    names.MESSAGE_PV_FINALIZER_FAILED.format(error=exc.message)
-                ) from exc
-            self.caches.volumes.store(updated)
-            return
-
-    async def _fresh_volume(self, name: str) -> Body | None:
         try:
-            fresh = await self.api.get(kube.VOLUMES, name)
-        except kube.KubeError:
-            return None  # the first error is the one reported
-        if fresh is not None:
-            self.caches.volumes.store(fresh)
-        return fresh
+            updated = await self._patch_volume(
+                pv, lambda body: decisions.add_finalizer_patch(body, self.finalizer)
+            )
+        except kube.KubeError as exc:
+            raise AttachError(names.MESSAGE_PV_FINALIZER_FAILED.format(error=exc.message)) from exc
+        if updated is not None:
+            self.caches.volumes.store(updated)
 
     async def _prepare(self, va: Body, node_id: str) -> Body:
         """The finalizer and the node-ID annotation, saved before ControllerPublish."""
@@ -286,9 +264,7 @@ class Attacher:
     async def sync_volume(self, name: str) -> Outcome:
         """Remove our PV finalizer once the PV is deleting and no VA references it."""
         pv = self.caches.volumes.get(name)
-        if pv is None or not decisions.should_release_volume(
-            pv, finalizer=self.finalizer, attachments=self.caches.attachments
-        ):
+        if pv is None:
             return DONE
         try:
             updated = await self._remove_volume_finalizer(pv)
@@ -298,7 +274,7 @@ class Attacher:
             log.warning("volume_finalizer_not_removed", obj=pv, error=str(exc))
             return RETRY
         if updated is None:
-            return DONE  # the fresh copy needs nothing from us (or is gone)
+            return DONE  # not releasable (yet), as cached or as read again
         if decisions.is_deleted(updated):
             self.caches.volumes.remove(updated)
         else:
@@ -307,28 +283,42 @@ class Attacher:
         return DONE
 
     async def _remove_volume_finalizer(self, pv: Body) -> Body | None:
-        """The guarded JSON patch; on a stale read (422/409: another controller, usually the
-        provisioner, changed the finalizers since, #1217) once more against a fresh copy."""
+        def plan(body: Body) -> decisions.JsonPatch | None:
+            releasable = decisions.should_release_volume(
+                body, finalizer=self.finalizer, attachments=self.caches.attachments
+            )
+            return decisions.remove_finalizer_patch(body, self.finalizer) if releasable else None
+
+        return await self._patch_volume(pv, plan)
+
+    async def _patch_volume(
+        self, pv: Body, plan: Callable[[Body], decisions.JsonPatch | None]
+    ) -> Body | None:
+        """The guarded JSON patch `plan` makes of the PV (None: nothing to do), and the answer.
+
+        On a stale read (409/422: the finalizers changed since our read, by the provisioner
+        (#1217) or by a VA of the same PV on another node), it is planned and sent once more
+        against a fresh copy, at once, instead of failing the attempt for a lost race.
+        NotFoundError when the PV is gone.
+        """
         name = pv["metadata"]["name"]
-        patch = decisions.remove_finalizer_patch(pv, self.finalizer)
-        assert patch is not None  # should_release_volume checked the finalizer
+        patch = plan(pv)
+        if patch is None:
+            return None
         try:
             return await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
         except kube.KubeError as exc:
             if exc.status not in (409, 422):
                 raise
-            log.info("volume_finalizer_stale_read", obj=pv, error=str(exc))
+            log.info("volume_stale_read", obj=pv, error=str(exc))
         fresh = await self.api.get(kube.VOLUMES, name)
         if fresh is None:
             self.caches.volumes.remove(pv)
-            return None
+            raise kube.NotFoundError(f'persistentvolumes "{name}" not found', status=404)
         self.caches.volumes.store(fresh)
-        if not decisions.should_release_volume(
-            fresh, finalizer=self.finalizer, attachments=self.caches.attachments
-        ):
+        patch = plan(fresh)
+        if patch is None:
             return None
-        patch = decisions.remove_finalizer_patch(fresh, self.finalizer)
-        assert patch is not None
         return await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
 
     # -- reconciliation ------------------------------------------------------------------------

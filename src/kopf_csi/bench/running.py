@@ -789,6 +789,44 @@ def _attach_phase(phase: dict[str, Any]) -> dict[str, Any]:
     return phase
 
 
+async def _va_phase(
+    env: _Env,
+    progress: Progress,
+    va_names: Sequence[str],
+    act: Callable[[int, str], None],
+    timeout: float,
+    *,
+    label: str,
+    verb: str,
+    since: Mapping[str, float],
+    done: Mapping[str, float],
+    latency: str,
+) -> dict[str, Any]:
+    """One phase of the attach benchmark: `act` on every VA in a burst, until all are `done`."""
+    n, mark, acted = len(va_names), _mark(env), [0]
+
+    def counted(index: int, name: str) -> None:
+        act(index, name)
+        acted[0] += 1
+
+    status = _status(
+        env, mark, label=label, n=n, done=done,
+        what=lambda: f"VAs {label} {acted[0]}/{n}  {verb}",
+    )  # fmt: skip
+    async with progress.showing(status):
+        await _burst(va_names, counted)
+        await _wait(
+            lambda: all(name in done for name in va_names), timeout,
+            f"{n} VolumeAttachments to be {verb}",
+        )  # fmt: skip
+        await env.settle()
+    latencies = {latency: [done[v] - since[v] for v in va_names]}
+    phase = _attach_phase(_phase(env, n, mark, latencies=latencies))
+    phase["seconds"] = round(max(done[v] for v in va_names) - mark.started, 3)
+    phase["attachments_per_s"] = _rate(n, phase["seconds"])
+    return phase
+
+
 async def run_attach(options: Options, progress: Progress) -> dict[str, Any]:
     n = options.attach or 0
     if n < 1:
@@ -834,72 +872,26 @@ async def run_attach(options: Options, progress: Progress) -> dict[str, Any]:
         bench_cpu = procfs.cpu_seconds(os.getpid())
 
         # -- attach --
-        mark = _mark(env)
-        created: list[str] = []
-
         def attach_one(index: int, name: str) -> None:
             node = nodes[index % len(nodes)]
             cluster.create("volumeattachments", _attachment(name, pv_names[index], node))
-            created.append(name)
 
-        status = _status(
-            env, mark, label="attach", n=n, done=timeline.va_attached,
-            what=lambda: f"VAs {len(created)}/{n}  attached",
+        attach = await _va_phase(
+            env, progress, va_names, attach_one, timeout,
+            label="attach", verb="attached", since=timeline.va_created,
+            done=timeline.va_attached, latency="latency_to_attached",
         )  # fmt: skip
-        async with progress.showing(status):
-            await _burst(va_names, attach_one)
-            await _wait(
-                lambda: all(name in timeline.va_attached for name in va_names),
-                timeout,
-                f"{n} VolumeAttachments to be attached",
-            )
-            await env.settle()
-        attach = _attach_phase(
-            _phase(
-                env, n, mark,
-                latencies={
-                    "latency_to_attached": [
-                        timeline.va_attached[v] - timeline.va_created[v] for v in va_names
-                    ],
-                },
-            )
-        )  # fmt: skip
-        attach["seconds"] = round(max(timeline.va_attached[v] for v in va_names) - mark.started, 3)
-        attach["attachments_per_s"] = _rate(n, attach["seconds"])
         published = sum(len(v.attachments) for v in env.driver.state.volumes.values())
 
         # -- detach --
-        mark = _mark(env)
-        removed: list[str] = []
-
         def detach_one(_: int, name: str) -> None:
             cluster.delete("volumeattachments", None, name)
-            removed.append(name)
 
-        status = _status(
-            env, mark, label="detach", n=n, done=timeline.va_gone,
-            what=lambda: f"VAs deleted {len(removed)}/{n}  gone",
+        detach = await _va_phase(
+            env, progress, va_names, detach_one, timeout,
+            label="detach", verb="gone", since=timeline.va_deleted,
+            done=timeline.va_gone, latency="latency_to_gone",
         )  # fmt: skip
-        async with progress.showing(status):
-            await _burst(va_names, detach_one)
-            await _wait(
-                lambda: all(name in timeline.va_gone for name in va_names),
-                timeout,
-                f"{n} VolumeAttachments to be gone",
-            )
-            await env.settle()
-        detach = _attach_phase(
-            _phase(
-                env, n, mark,
-                latencies={
-                    "latency_to_gone": [
-                        timeline.va_gone[v] - timeline.va_deleted[v] for v in va_names
-                    ],
-                },
-            )
-        )  # fmt: skip
-        detach["seconds"] = round(max(timeline.va_gone[v] for v in va_names) - mark.started, 3)
-        detach["attachments_per_s"] = _rate(n, detach["seconds"])
 
         end = env.sample()
         result = {
