@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import kube, metrics, runtime
+from kopf_csi import kube, metrics, names, runtime
 from kopf_csi.attaching.decisions import Route, has_finalizer, is_deleting, volume_name
 from kopf_csi.attaching.operations import Attacher
 from kopf_csi.csi import CSIError
@@ -37,7 +37,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     options = settings.attacher
     attacher = Attacher(
         csi_client=memo.csi,
-        api=memo.api,
+        api=memo.api.as_manager(names.MANAGER_ATTACHER),
         caches=runtime.caches_from_memo(memo),
         driver=memo.driver,
         options=options,

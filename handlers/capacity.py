@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import kube, runtime
+from kopf_csi import kube, names, runtime
 from kopf_csi.csi import CSIClient, CSIError
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning import capacity
@@ -47,7 +47,7 @@ async def _poll(memo: kopf.Memo, interval: float) -> None:
 async def sync_capacities(memo: kopf.Memo) -> None:
     """One round: make the CSIStorageCapacity objects match the driver's answers."""
     settings = runtime.settings_from_memo(memo)
-    api: kube.KubeClient = memo.api
+    api: kube.KubeClient = memo.api.as_manager(names.MANAGER_PROVISIONER)
     driver = memo.driver.name
     namespace = settings.kube.namespace
     segments = capacity.segments(

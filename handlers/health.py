@@ -33,11 +33,12 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         log.info("health_monitor_off", reason="no VOLUME_CONDITION with LIST_VOLUMES/GET_VOLUME")
         return
     component = names.HEALTH_EVENT_COMPONENT.format(driver=memo.driver.name)
+    api = memo.api.as_manager(names.MANAGER_HEALTH_MONITOR)
     monitor = HealthMonitor(
         csi_client=memo.csi,
-        api=memo.api,
+        api=api,
         caches=runtime.caches_from_memo(memo),
-        recorder=events.Recorder(memo.api, component=component),
+        recorder=events.Recorder(api, component=component),
         driver_name=memo.driver.name,
         mode=mode,
         options=settings.health,

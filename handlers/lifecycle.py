@@ -19,7 +19,7 @@ import aiohttp
 import kopf
 import structlog
 
-from kopf_csi import events, kube, metrics, runtime
+from kopf_csi import events, kube, metrics, names, runtime
 from kopf_csi.caches import Cache, Caches, object_key
 from kopf_csi.csi import CSIClient, CSIError
 
@@ -75,7 +75,9 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         await client.close()
         await api.close()
         raise
-    memo.recorder = events.Recorder(api, component=events.component_name(info.name))
+    memo.recorder = events.Recorder(  # the provisioner's: its writes are csi-provisioner's
+        api.as_manager(names.MANAGER_PROVISIONER), component=events.component_name(info.name)
+    )
     memo.caches = caches = Caches()
     await _prime(api, caches)
     if config.kube.cache_resync > 0:

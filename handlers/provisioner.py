@@ -25,7 +25,10 @@ from kopf_csi.caches import object_key
 from kopf_csi.provisioning.hooks import create_volume_hooks
 from kopf_csi.provisioning.journal import Journal, journal_name
 from kopf_csi.provisioning.naming import provisioner_identity
+from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.operations import Provisioner
+from kopf_csi.provisioning.sources import data_source
+from kopf_csi.provisioning.sourcing import SNAPSHOT_KEY_PREFIX
 from kopf_csi.queueing import WorkQueue
 
 log = structlog.get_logger("kopf_csi.provisioner")
@@ -40,12 +43,11 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     if not memo.driver.has_controller("CREATE_DELETE_VOLUME"):
         raise kopf.PermanentError("the CSI driver does not support CREATE_DELETE_VOLUME")
     options = settings.provisioner
-    journal = Journal(
-        memo.api, namespace=settings.kube.namespace, name=journal_name(memo.driver.name)
-    )
+    api = memo.api.as_manager(names.MANAGER_PROVISIONER)
+    journal = Journal(api, namespace=settings.kube.namespace, name=journal_name(memo.driver.name))
     provisioner = Provisioner(
         csi_client=memo.csi,
-        api=memo.api,
+        api=api,
         recorder=memo.recorder,
         caches=memo.caches,
         driver=memo.driver,
@@ -79,7 +81,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     # external-provisioner's CloningProtectionController (`--cloning-protection-threads` 1).
     memo.sources_queue = WorkQueue(
         name="clone-sources",
-        process=provisioner.sources.sync_clone_source,
+        process=provisioner.sources.sync_source,
         workers=1,
         backoff_start=options.retry_interval_start,
         backoff_max=options.retry_interval_max,
@@ -146,6 +148,16 @@ def _watch_clone_sources(memo: kopf.Memo, key: str, claim: Mapping[str, Any]) ->
             memo.sources_queue.add(source_key)
 
 
+def _watch_snapshot_source(memo: kopf.Memo, claim: Mapping[str, Any]) -> None:
+    """A deleted claim that restored from a snapshot: release the snapshot if no claim needs it."""
+    try:
+        reference = data_source(claim)
+    except ProvisioningError:
+        return  # a cross-namespace reference: never protected here
+    if reference is not None and reference.kind == names.KIND_VOLUME_SNAPSHOT:
+        memo.sources_queue.add(f"{SNAPSHOT_KEY_PREFIX}{reference.namespace}/{reference.name}")
+
+
 async def _sweep(provisioner: Provisioner, interval: float) -> None:
     """`--snapshot-orphan-sweep-interval`: release snapshot protection no claim needs."""
     while True:
@@ -173,6 +185,8 @@ def _claim_changed(memo: kopf.Memo) -> runtime.Listener:
         else:
             memo.caches.claims.store(claim)
         _watch_clone_sources(memo, key, claim)
+        if deleted:
+            _watch_snapshot_source(memo, claim)
         if bound:
             return  # nothing to provision (the Go library's first check, done before queueing)
         memo.claims_queue.add(key)

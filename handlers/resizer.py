@@ -49,8 +49,9 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         node_capabilities = frozenset()
     mode = resize_mode(memo.driver, node_capabilities)
     component = names.RESIZER_EVENT_COMPONENT.format(driver=memo.driver.name)
-    recorder = events.Recorder(memo.api, component=component)
-    common = {"csi_client": memo.csi, "api": memo.api, "caches": memo.caches,
+    api = memo.api.as_manager(names.MANAGER_RESIZER)
+    recorder = events.Recorder(api, component=component)
+    common = {"csi_client": memo.csi, "api": api, "caches": memo.caches,
               "recorder": recorder, "driver": memo.driver, "options": options}  # fmt: skip
 
     def queue(name: str, process: Callable[[str], Awaitable[Any]]) -> WorkQueue[str]:

@@ -40,10 +40,11 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         log.info("snapshotter_off", reason="the driver has no CREATE_DELETE_SNAPSHOT")
         return
     component = names.SNAPSHOTTER_EVENT_COMPONENT.format(driver=memo.driver.name)
+    api = memo.api.as_manager(names.MANAGER_SNAPSHOTTER)
     snapshotter = Snapshotter(
         csi_client=memo.csi,
-        api=memo.api,
-        recorder=events.Recorder(memo.api, component=component),
+        api=api,
+        recorder=events.Recorder(api, component=component),
         driver=memo.driver,
         options=options,
     )

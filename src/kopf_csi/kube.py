@@ -15,6 +15,8 @@ import dataclasses
 import inspect
 import json
 import pathlib
+import platform
+import sys
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
@@ -47,6 +49,8 @@ __all__ = [
     "LoginError",
     "NotFoundError",
     "Resource",
+    "StaleWriteError",
+    "user_agent",
     "decode_secret_data",
     "login",
 ]
@@ -127,6 +131,33 @@ class ConflictError(KubeError):
     """409: a stale resourceVersion, or the object already exists."""
 
 
+class StaleWriteError(ConflictError):
+    """Someone else wrote the object after we read it: a lost race, not a failure.
+
+    A PUT with a stale resourceVersion is 409 Conflict; a JSON patch whose
+    `test /metadata/resourceVersion` (or any other `test`) fails is 422 Invalid, with the
+    json-patch library's "testing value ... failed" as its cause. Either way the write did
+    nothing: read the object again and decide again, quietly.
+    """
+
+
+DEFAULT_MANAGER = "kopf-csi"
+"""The field manager of writes that belong to no sidecar role (the sandbox, tools)."""
+
+
+def user_agent(manager: str) -> str:
+    """`<manager>/<version> (<os>/<arch>) kopf-csi/<version>`, shaped like client-go's.
+
+    The API server names the field manager of an Update after the User-Agent up to its first
+    `/` when no `fieldManager` is given: with the Go sidecar's name first, our writes show up
+    in `managedFields`, audit logs and `kubectl` as that sidecar's.
+    """
+    from kopf_csi import __version__  # noqa: PLC0415 (the package imports this module)
+
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    return f"{manager}/v{__version__} ({sys.platform}/{arch}) kopf-csi/{__version__}"
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class Credentials:
     server: str
@@ -199,10 +230,24 @@ async def login(kubeconfig: pathlib.Path | None) -> Credentials:
 
 
 class KubeClient:
-    """Plain-dict CRUD on any resource, over one kubernetes-asyncio ApiClient."""
+    """Plain-dict CRUD on any resource, over one kubernetes-asyncio ApiClient.
 
-    def __init__(self, api: Any) -> None:
+    Every request says who sends it: the User-Agent and, on writes, the `fieldManager` name
+    the Go sidecar whose role makes it (`as_manager`). The clients of all roles share one
+    connection pool.
+    """
+
+    def __init__(self, api: Any, *, manager: str = DEFAULT_MANAGER) -> None:
         self._api = api
+        self.manager = manager
+        self._headers = {"Accept": "application/json", "User-Agent": user_agent(manager)}
+        # kubernetes-asyncio lets its default headers win over a request's: drop its own
+        # User-Agent ("OpenAPI-Generator/..."), so that ours reaches the server.
+        api.default_headers.pop("User-Agent", None)
+
+    def as_manager(self, manager: str) -> KubeClient:
+        """The same connection, writing as `manager` (e.g. `csi-provisioner`)."""
+        return KubeClient(self._api, manager=manager)
 
     @classmethod
     async def connect(cls, kubeconfig: pathlib.Path | None) -> KubeClient:
@@ -338,11 +383,13 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> Body:
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        if method in ("POST", "PUT", "PATCH"):
+            params.append(("fieldManager", self.manager))
         response = await self._api.call_api(
             path,
             method,
             query_params=params,
-            header_params={"Accept": "application/json", "Content-Type": content_type},
+            header_params={**self._headers, "Content-Type": content_type},
             body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,
@@ -391,5 +438,24 @@ def _decode(raw: bytes, *, status: int, method: str, path: str) -> Body:
         return data
     message = str(data.get("message") or f"{method} {path} failed")
     reason = str(data.get("reason") or "")
-    error = {404: NotFoundError, 409: ConflictError}.get(status, KubeError)
+    error: type[KubeError] = {404: NotFoundError, 409: ConflictError}.get(status, KubeError)
+    if _is_stale_write(status, reason, data):
+        error = StaleWriteError
+        causes = [str(c.get("message")) for c in _causes(data) if c.get("message")]
+        if causes:
+            message = f"{message}: {'; '.join(causes)}"
     raise error(message, status=status, reason=reason)
+
+
+def _causes(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    return [c for c in causes if isinstance(c, Mapping)] if isinstance(causes, list) else []
+
+
+def _is_stale_write(status: int, reason: str, body: Mapping[str, Any]) -> bool:
+    if status == 409:
+        return reason == "Conflict"  # not AlreadyExists
+    return status == 422 and any(
+        str(cause.get("message", "")).startswith("testing value ") for cause in _causes(body)
+    )

@@ -17,6 +17,12 @@ objects only), `name` and `uid`.
 
 Values are rendered, never looked into: secrets must not reach a log call in the first place
 (`kopf_csi.csi.redaction`).
+
+Info is for what an operator of the cluster wants to read: provisioned, deleted, attached,
+failed, and why. kopf logs `Handler '...' succeeded.` at info after every handler call, which
+for our watch-event handlers is every watch event (2,400 of 2,914 lines of a 200-claim burst
+on a real server); those records are demoted to debug (`PerEventRecords`), as the Go sidecars
+log nothing per watch event at their default verbosity.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import structlog
 
 __all__ = [
     "FORMATS",
+    "PerEventRecords",
     "bound_object",
     "configure",
     "expand_object",
@@ -121,6 +128,31 @@ def formatter(*, format: Format, colors: bool = False) -> structlog.stdlib.Proce
     )
 
 
+class PerEventRecords(logging.Filter):
+    """On kopf's per-object logger: `Handler '...' succeeded.` becomes a debug record.
+
+    A filter on the logger runs before any of its handlers, kopf's event-posting handler
+    included, so a demoted record never becomes a Kubernetes Event either.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and _is_handler_success(record):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _is_handler_success(record: logging.LogRecord) -> bool:
+    message = record.msg if isinstance(record.msg, str) else ""
+    return message.startswith("Handler ") and message.endswith(" succeeded.")
+
+
+def _install_filters() -> None:
+    kopf_objects = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, PerEventRecords) for f in kopf_objects.filters):
+        kopf_objects.addFilter(PerEventRecords())
+
+
 def configure(
     *,
     level: str | int = "INFO",
@@ -160,3 +192,4 @@ def configure(
     # hpack logs every HTTP/2 header at DEBUG, and a driver's error text travels in the
     # `grpc-message` header: it may echo a secret. Never below INFO, whatever the level.
     logging.getLogger("hpack").setLevel(max(logging.INFO, root.level))
+    _install_filters()

@@ -124,6 +124,16 @@ FINALIZER_SNAPSHOT_SOURCE_PROTECTION: Final = (
     "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection"
 )
 
+# --- Field managers ---
+# The Go sidecars' binary names: client-go's User-Agent starts with them, and the API server
+# records them as the field manager of every write (`metadata.managedFields`).
+
+MANAGER_PROVISIONER: Final = "csi-provisioner"
+MANAGER_ATTACHER: Final = "csi-attacher"
+MANAGER_RESIZER: Final = "csi-resizer"
+MANAGER_SNAPSHOTTER: Final = "csi-snapshotter"
+MANAGER_HEALTH_MONITOR: Final = "csi-external-health-monitor-controller"
+
 # --- Names ---
 
 DEFAULT_VOLUME_NAME_PREFIX: Final = "pvc"

@@ -22,6 +22,7 @@ import pytest
 
 from kopf_csi.driver import Driver, Features, SecretsPolicy
 from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
 from kopf_csi.testing.kcm import ControllerManager, attachment_name
 from kopf_csi.testing.operator import OperatorThread
 
@@ -54,7 +55,7 @@ async def test_a_new_attachment_is_published(
     device = str(driver.backend.storage.volume_path(handle))
     assert attached["status"] == {"attached": True, "attachmentMetadata": {"devicePath": device}}
     pv = cluster.get("persistentvolumes", None, "pv-1") or {}
-    assert pv["metadata"]["finalizers"] == [FINALIZER]
+    assert pv["metadata"]["finalizers"] == [PV_PROTECTION, FINALIZER]
     published = driver.state.volumes[handle].attachments["node-1-id"]
     assert not published.readonly
     assert published.capability.access_mode == "SINGLE_NODE_MULTI_WRITER"  # the driver has SNMW
@@ -114,7 +115,7 @@ async def test_a_deleted_attachment_is_detached(
     await until(lambda: not va(cluster, "va-1"))
     assert not driver.state.volumes[handle].attachments
     pv = cluster.get("persistentvolumes", None, "pv-1") or {}
-    assert pv["metadata"]["finalizers"] == [FINALIZER]  # the PV is not being deleted
+    assert pv["metadata"]["finalizers"] == [PV_PROTECTION, FINALIZER]  # the PV is not being deleted
 
 
 async def test_a_detach_keeps_other_finalizers(
@@ -243,4 +244,4 @@ async def test_attachments_of_one_volume_on_many_nodes_race_for_its_finalizer_qu
                     errors.append(error["message"])
     assert errors == []  # not even for a moment
     pv = cluster.get("persistentvolumes", None, "pv-1") or {}
-    assert pv["metadata"]["finalizers"] == [FINALIZER]
+    assert pv["metadata"]["finalizers"] == [PV_PROTECTION, FINALIZER]

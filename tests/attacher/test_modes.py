@@ -20,6 +20,7 @@ from kopf_csi.csi import CSIClient
 from kopf_csi.csi import messages as csi
 from kopf_csi.driver import Driver, Features
 from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
 from kopf_csi.testing.operator import OperatorThread
 
 from ..conftest import NODE
@@ -37,7 +38,8 @@ async def test_a_driver_without_publish_gets_trivial_attachments(
     assert trivial["status"] == {"attached": True}
     assert not trivial["metadata"].get("finalizers")
     assert not trivial["metadata"].get("annotations")
-    assert not (cluster.get("persistentvolumes", None, "pv-1") or {})["metadata"].get("finalizers")
+    pv = cluster.get("persistentvolumes", None, "pv-1") or {}
+    assert pv["metadata"].get("finalizers") == [PV_PROTECTION]  # the admission's, not ours
     cluster.delete("volumeattachments", None, "va-1")
     assert not va(cluster, "va-1")  # nothing to wait for: no finalizer
 

@@ -46,11 +46,7 @@ async def test_a_deleted_volume_keeps_our_finalizer_until_its_attachment_is_gone
     await attached_volume(cluster, socket_path, "pv-1")
     cluster.create("volumeattachments", attachment("va-1", "pv-1"))
     await until(lambda: status(cluster, "va-1").get("attached"))
-    cluster.patch(
-        "persistentvolumes", None, "pv-1",
-        [{"op": "add", "path": "/metadata/finalizers/0", "value": PROTECTION}], patch_type="json",
-    )  # fmt: skip
-    cluster.delete("persistentvolumes", None, "pv-1")
+    cluster.delete("persistentvolumes", None, "pv-1")  # pv-protection is the admission's
     await asyncio.sleep(0.2)  # the PV worker has seen the deletion
     assert _finalizers(cluster, "pv-1") == [PROTECTION, FINALIZER]  # the VA still needs it
 
@@ -145,9 +141,9 @@ async def test_other_errors_are_retried(
             csi_client=client, api=api, caches=caches, driver=_driver(), options=FAST_ATTACHER
         )
         assert await attacher.sync_volume("pv-1") == RETRY
-        assert _finalizers(cluster, "pv-1") == [FINALIZER]
+        assert _finalizers(cluster, "pv-1") == [FINALIZER, PROTECTION]
         assert await attacher.sync_volume("pv-1") == DONE
-    assert _finalizers(cluster, "pv-1") is None
+    assert _finalizers(cluster, "pv-1") == [PROTECTION]  # no kcm here: it stays
 
 
 def _driver() -> DriverInfo:

@@ -18,8 +18,14 @@ from kopf_csi.testing.kcm import ControllerManager
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[EmulatedCluster]:
-    async with EmulatedCluster() as cluster:
+def storage_protection() -> bool:
+    """The admission's pvc-/pv-protection finalizers; off where claims are just a sample kind."""
+    return True
+
+
+@pytest.fixture
+async def cluster(storage_protection: bool) -> AsyncIterator[EmulatedCluster]:
+    async with EmulatedCluster(storage_protection=storage_protection) as cluster:
         yield cluster
 
 

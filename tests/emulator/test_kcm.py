@@ -3,7 +3,9 @@
 We test these aspects: the PV controller's provisioner annotations and ExternalProvisioning
 event (Immediate and WaitForFirstConsumer classes, with the scheduler's selected-node), the
 default class, binding a claim to a pre-bound volume, Available and Released volumes, Lost
-claims, and the attach/detach controller's VolumeAttachments (exact name, attachRequired).
+claims, the attach/detach controller's VolumeAttachments (exact name, attachRequired), and the
+pvc- and pv-protection controllers (their finalizers go only when nothing uses the object,
+with a resourceVersion-guarded update, as kube-controller-manager).
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from typing import Any
 import pytest
 
 from kopf_csi.testing.emulator import EmulatedCluster
-from kopf_csi.testing.kcm import ControllerManager, attachment_name
+from kopf_csi.testing.kcm import (
+    FINALIZER_PV_PROTECTION,
+    FINALIZER_PVC_PROTECTION,
+    ControllerManager,
+    attachment_name,
+)
 
 pytestmark = pytest.mark.usefixtures("kcm")
 
@@ -178,7 +185,9 @@ async def test_a_volume_with_a_claim_ref_binds_the_claim(cluster: EmulatedCluste
     assert spare is not None
 
 
-async def test_a_volume_whose_claim_is_gone_is_released(cluster: EmulatedCluster) -> None:
+async def test_a_volume_whose_claim_is_gone_is_released(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
     created = claim(cluster, "data", storageClassName="fast")
     volume(cluster, "pvc-1", claim=created)
     await cluster.wait_for(PVS, None, "pvc-1", phase("Bound"))
@@ -186,11 +195,17 @@ async def test_a_volume_whose_claim_is_gone_is_released(cluster: EmulatedCluster
     released = await cluster.wait_for(PVS, None, "pvc-1", phase("Released"))
     assert released is not None
 
-    # A claim bound to a volume that disappears is Lost.
+    # A Bound volume that is deleted stays while it is Bound (pv-protection). Once it
+    # disappears anyway (an admin removed the finalizer), its claim is Lost.
     again = claim(cluster, "again", storageClassName="fast")
     volume(cluster, "pvc-2", claim=again)
     await cluster.wait_for(PVCS, "default", "again", phase("Bound"))
     cluster.delete(PVS, None, "pvc-2")
+    await kcm.settled()
+    protected = cluster.get(PVS, None, "pvc-2")
+    assert protected is not None
+    assert protected["metadata"]["finalizers"] == [FINALIZER_PV_PROTECTION]
+    cluster.patch(PVS, None, "pvc-2", {"metadata": {"finalizers": None}})
     lost = await cluster.wait_for(PVCS, "default", "again", phase("Lost"))
     assert lost is not None
     message = "Bound claim has lost its PersistentVolume. Data on the volume is lost!"
@@ -236,3 +251,37 @@ async def test_drivers_without_attach_get_no_attachments(
     await cluster.wait_for(PVCS, "default", "data", phase("Bound"))
     await kcm.settled()
     assert cluster.objects(VAS) == []
+
+
+async def test_a_deleted_claim_keeps_its_protection_while_a_pod_uses_it(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
+    created = claim(cluster, "data", storageClassName="fast")
+    assert created["metadata"]["finalizers"] == [FINALIZER_PVC_PROTECTION]  # admission
+    pod = {"metadata": {"name": "app"},
+           "spec": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}}
+    cluster.create("pods", pod, namespace="default")
+    cluster.delete(PVCS, "default", "data")
+    await kcm.settled()
+    held = cluster.get(PVCS, "default", "data")
+    assert held is not None and held["metadata"]["deletionTimestamp"]
+    assert held["metadata"]["finalizers"] == [FINALIZER_PVC_PROTECTION]
+
+    cluster.delete("pods", "default", "app")
+    await cluster.wait_for(PVCS, "default", "data", lambda obj: obj is None)
+
+
+async def test_protection_finalizers_go_with_a_guarded_update_by_kcm(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
+    created = volume(cluster, "pvc-1")
+    assert created["metadata"]["finalizers"] == [FINALIZER_PV_PROTECTION]
+    other = "example.com/other"
+    cluster.patch(PVS, None, "pvc-1", {"metadata": {"finalizers": [FINALIZER_PV_PROTECTION, other]}})
+    cluster.delete(PVS, None, "pvc-1")
+    unprotected = await cluster.wait_for(
+        PVS, None, "pvc-1", lambda obj: (obj or {})["metadata"].get("finalizers") == [other]
+    )
+    assert unprotected is not None and unprotected["metadata"]["deletionTimestamp"]
+    managers = {e["manager"]: e for e in unprotected["metadata"]["managedFields"]}
+    assert "f:finalizers" in managers["kube-controller-manager"]["fieldsV1"]["f:metadata"]

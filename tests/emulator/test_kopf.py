@@ -13,11 +13,17 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import kopf
+import pytest
 
 from kopf_csi.testing.emulator import EmulatedCluster
 
 FINALIZER = "test.kopf-csi.dev/finalizer"
 RunKopf = Callable[[kopf.OperatorRegistry], AbstractAsyncContextManager[None]]
+
+
+@pytest.fixture
+def storage_protection() -> bool:
+    return False  # claims are a sample kind here: no admission finalizers to account for
 
 
 async def test_kopf_adds_and_removes_its_finalizer(

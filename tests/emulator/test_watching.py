@@ -23,6 +23,11 @@ from kopf_csi.testing.emulator import EmulatedCluster
 PVCS = "persistentvolumeclaims"
 
 
+@pytest.fixture
+def storage_protection() -> bool:
+    return False  # claims are a sample kind here: no admission finalizers to account for
+
+
 def claim(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": labels}, "spec": {"resources": {}}}
 

@@ -4,7 +4,10 @@ We test these aspects: server-owned metadata (uid, creationTimestamp, resourceVe
 generation bumped by spec changes only); 409 on a stale resourceVersion (PUT and merge patch)
 and on a duplicate create; 422 on a failed JSON-patch ``test``; 404 with a Status body;
 generateName; the spec/status split; finalizers and deletionTimestamp; no-op writes; the
-strategic-merge patch kubernetes-asyncio sends by default; PUT replaces (what leases need).
+strategic-merge patch kubernetes-asyncio sends by default; PUT replaces (what leases need);
+``metadata.managedFields``: one entry per manager and subresource, the manager taken from
+``fieldManager`` or else the User-Agent up to its first ``/``; the storage-protection
+finalizers every new claim and volume gets from admission.
 """
 
 from __future__ import annotations
@@ -52,7 +55,13 @@ async def test_stale_resource_version_is_409(
     with pytest.raises(ApiException) as error:
         await core.replace_namespaced_persistent_volume_claim("a", "default", stale)
     assert error.value.status == 409
-    assert status_of(error.value)["reason"] == "Conflict"
+    assert status_of(error.value) == {  # the real server's body, byte for byte
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": 'Operation cannot be fulfilled on persistentvolumeclaims "a": the object has '
+                   "been modified; please apply your changes to the latest version and try again",
+        "reason": "Conflict", "details": {"name": "a", "kind": "persistentvolumeclaims"},
+        "code": 409,
+    }  # fmt: skip
 
     patch = {"metadata": {"resourceVersion": stale.metadata.resource_version, "labels": {"x": "y"}}}
     with pytest.raises(ApiException) as error:
@@ -98,6 +107,15 @@ async def test_failed_json_patch_test_is_422(core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as error:
         await core.patch_namespaced_persistent_volume_claim("a", "default", stale)
     assert error.value.status == 422
+    assert status_of(error.value) == {  # as kube-apiserver v1.36 answers it
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "the server rejected our request due to an error in our request",
+        "reason": "Invalid",
+        "details": {"causes": [
+            {"message": "testing value /metadata/resourceVersion failed: test failed"}
+        ]},
+        "code": 422,
+    }  # fmt: skip
     fresh = [{**stale[0], "value": rv}, stale[1]]
     patched = await core.patch_namespaced_persistent_volume_claim("a", "default", fresh)
     assert patched.metadata.finalizers == ["x/y"]
@@ -132,6 +150,7 @@ async def test_spec_and_status_are_written_separately(
     assert cluster.get(PVCS, "default", "a")["status"] == {"phase": "Bound"}  # type: ignore[index]
 
 
+@pytest.mark.parametrize("storage_protection", [False])  # only the test's own finalizers
 async def test_finalizers_hold_a_deleted_object(
     cluster: EmulatedCluster, core: client.CoreV1Api
 ) -> None:
@@ -176,7 +195,8 @@ async def test_strategic_merge_patch_unions_finalizers(core: client.CoreV1Api) -
     patched = await core.patch_namespaced_persistent_volume_claim(
         "a", "default", {"metadata": {"finalizers": ["two/f"], "labels": {"a": "b"}}}
     )
-    assert patched.metadata.finalizers == ["one/f", "two/f"]
+    protection = "kubernetes.io/pvc-protection"  # admission adds it on create
+    assert patched.metadata.finalizers == ["one/f", protection, "two/f"]
     assert patched.metadata.labels == {"a": "b"}
 
 
@@ -196,3 +216,34 @@ def test_python_level_errors_are_status_errors() -> None:
     assert error.value.code == 404
     with pytest.raises(KeyError):
         cluster.get("nonsense", None, "x")
+
+
+async def test_managed_fields_name_each_writer(
+    cluster: EmulatedCluster, api: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    api.user_agent = "csi-provisioner/v6.0.0 (linux/amd64) kubernetes/abcdef"
+    await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    await core.patch_namespaced_persistent_volume_claim_status(
+        "a", "default", {"status": {"phase": "Bound"}}, field_manager="csi-resizer"
+    )
+    cluster.patch(PVCS, "default", "a", {"metadata": {"labels": {"k": "v"}}}, manager="kubectl")
+    obj = cluster.get(PVCS, "default", "a")
+    assert obj is not None
+    entries = {(e["manager"], e.get("subresource")): e for e in obj["metadata"]["managedFields"]}
+    assert set(entries) == {("csi-provisioner", None), ("csi-resizer", "status"), ("kubectl", None)}
+    assert all(e["operation"] == "Update" and e["fieldsType"] == "FieldsV1" for e in entries.values())
+    provisioner = entries["csi-provisioner", None]["fieldsV1"]
+    assert provisioner["f:spec"]["f:accessModes"] == {".": {}, 'v:"ReadWriteOnce"': {}}
+    assert entries["csi-resizer", "status"]["fieldsV1"] == {"f:status": {"f:phase": {}}}
+    assert entries["kubectl", None]["fieldsV1"] == {"f:metadata": {"f:labels": {"f:k": {}}}}
+
+
+async def test_claims_and_volumes_get_the_storage_protection_finalizers(
+    core: client.CoreV1Api,
+) -> None:
+    created = await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    assert created.metadata.finalizers == ["kubernetes.io/pvc-protection"]
+    volume = {"metadata": {"name": "pv", "finalizers": ["example.com/mine"]},
+              "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}}
+    created_pv = await core.create_persistent_volume(volume)
+    assert created_pv.metadata.finalizers == ["example.com/mine", "kubernetes.io/pv-protection"]

@@ -177,3 +177,25 @@ async def test_kopf_and_our_records_share_one_json_stream(
     creates = [r for r in records if r.get("method") == "/csi.v1.Controller/CreateVolume"]
     assert creates
     assert all(identity.items() <= r.items() for r in creates)
+
+
+async def test_watch_events_leave_no_info_lines(
+    restore_logging: None, cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread
+) -> None:
+    """kopf's `Handler '...' succeeded.` for every watch event is debug, never info."""
+    stream = Stream()
+    logs.configure(level="INFO", format="json", stream=stream, cache_loggers=False)
+    await make_storage_class(cluster, operator, "sc")
+    claim = make_claim(cluster, "data")
+    await wait_for_bound(cluster, claim)
+    await until(lambda: '"volume_provisioned"' in stream.getvalue())
+    records = stream.records()
+    assert not [r for r in records if "succeeded." in str(r.get("event"))]
+    assert [r for r in records if r.get("event") == "volume_provisioned"]
+
+    debug = Stream()
+    logs.configure(level="DEBUG", format="json", stream=debug, cache_loggers=False)
+    cluster.patch("persistentvolumeclaims", "default", "data", {"metadata": {"labels": {"a": "b"}}})
+    await until(lambda: "succeeded." in debug.getvalue())  # still there, at debug
+    successes = [r for r in debug.records() if "succeeded." in str(r.get("event"))]
+    assert {r["level"] for r in successes} == {"debug"}

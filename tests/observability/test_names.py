@@ -16,6 +16,12 @@ from kopf_csi.csi.codes import Code
 from kopf_csi.metrics import DEFAULT_BUCKETS, OPERATION_BUCKETS, QUEUE_BUCKETS, grpc_code_name
 
 PINNED = {
+    # The field managers: the Go sidecars' binary names, as managedFields show them.
+    "MANAGER_PROVISIONER": "csi-provisioner",
+    "MANAGER_ATTACHER": "csi-attacher",
+    "MANAGER_RESIZER": "csi-resizer",
+    "MANAGER_SNAPSHOTTER": "csi-snapshotter",
+    "MANAGER_HEALTH_MONITOR": "csi-external-health-monitor-controller",
     "METRIC_CSI_OPERATIONS": "csi_sidecar_operations_seconds",
     "METRIC_DRIVER_UNKNOWN": "unknown-driver",
     "METRIC_PROVISION_TOTAL": "controller_persistentvolumeclaim_provision_total",

@@ -20,6 +20,7 @@ import pytest
 from kopf_csi import names
 from kopf_csi.csi import Code
 from kopf_csi.driver import Driver, DriverConfig
+from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls
@@ -46,9 +47,10 @@ FAILED_DELETE = names.REASON_VOLUME_FAILED_DELETE
 
 
 def finalizers(cluster: EmulatedCluster, name: str) -> list[str]:
+    """The PV's finalizers but pv-protection (every PV has it, from the admission plugin)."""
     pv = cluster.get("persistentvolumes", None, name)
     assert pv is not None
-    return list(pv["metadata"].get("finalizers") or ())
+    return [f for f in pv["metadata"].get("finalizers") or () if f != PV_PROTECTION]
 
 
 def set_policy(cluster: EmulatedCluster, name: str, policy: str) -> None:

@@ -26,6 +26,8 @@ from kopf_csi import names
 from kopf_csi.driver import Driver, DriverConfig
 from kopf_csi.driver.volumes import VolumeRequest
 from kopf_csi.settings import ProvisionerOptions
+from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
+from kopf_csi.testing.kcm import FINALIZER_PVC_PROTECTION as PVC_PROTECTION
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls
@@ -65,7 +67,7 @@ async def test_immediate_claim_gets_a_pv_with_every_reference_field(
         names.ANN_DELETION_SECRET_NAME: "",
         names.ANN_DELETION_SECRET_NAMESPACE: "",
     }
-    assert meta["finalizers"] == [names.FINALIZER_PV]
+    assert meta["finalizers"] == [names.FINALIZER_PV, PV_PROTECTION]
     assert spec["claimRef"] == {
         "kind": "PersistentVolumeClaim",
         "namespace": NAMESPACE,
@@ -389,7 +391,7 @@ async def test_claims_never_get_kopf_annotations_or_finalizers(
     assert changes
     for change in changes:
         meta = change.object["metadata"]
-        assert not meta.get("finalizers"), change
+        assert meta.get("finalizers") == [PVC_PROTECTION], change  # the admission's only
         assert not [key for key in meta.get("annotations") or {} if "kopf" in key], change
 
 

@@ -8,7 +8,8 @@ We test these aspects:
   `--strict-topology` it is the only segment, requisite and preferred alike;
 - `--immediate-topology=false`: an Immediate claim without allowedTopologies sends none;
 - a driver without VOLUME_ACCESSIBILITY_CONSTRAINTS gets no requirement and the PV no affinity;
-- a selected node that does not exist: ProvisioningFailed and selected-node removed (reschedule),
+- a selected node that does not exist: Normal Provisioning, then ProvisioningFailed (with
+  topology Go's "failed to get selected CSINode" text) and selected-node removed (reschedule),
   with or without topology, and the driver is never asked.
 """
 
@@ -192,19 +193,31 @@ class TestDriverWithoutTopology:
             )
             await wait_for_change(feed, given_back)
             cluster.delete("pods", NAMESPACE, "app")
-        assert not created  # the library checks the Node before asking the driver
+        assert not created  # the Node is checked before the driver is asked
 
 
 async def test_selected_node_that_does_not_exist_is_given_back(
     cluster: EmulatedCluster, operator: OperatorThread, created: list[VolumeRequest]
 ) -> None:
     await make_storage_class(cluster, operator, binding="WaitForFirstConsumer")
-    with cluster.subscribe("persistentvolumeclaims") as feed:
+    with cluster.subscribe("persistentvolumeclaims") as feed, cluster.subscribe("events") as posted:
         claim = make_claim(cluster)
         make_pod(cluster, "app", "data", node="node-gone")
-        await wait_for_event(
-            cluster, claim, names.REASON_PROVISIONING_FAILED, message='node "node-gone" not found'
+        failed = await wait_for_event(
+            cluster,
+            claim,
+            names.REASON_PROVISIONING_FAILED,
+            message="failed to get selected CSINode node-gone: "
+            'csinode.storage.k8s.io "node-gone" not found',  # the Go text on a real server
         )
+        assert failed["type"] == "Warning"
+        reasons = (names.REASON_PROVISIONING, names.REASON_PROVISIONING_FAILED)
+        order = [  # in the order they were posted (repeats are PATCHed, not created)
+            (c.object["type"], c.object["reason"]) for c in await posted.batch()
+            if c.type == "ADDED" and c.object["reason"] in reasons
+            and c.object["involvedObject"]["uid"] == claim["metadata"]["uid"]
+        ]  # fmt: skip
+        assert order[:2] == [("Normal", "Provisioning"), ("Warning", "ProvisioningFailed")]
 
         def given_back(obj: Body) -> bool:
             annotations = obj["metadata"].get("annotations") or {}

@@ -191,7 +191,7 @@ EXPECTED_ERRORS = [
     pytest.param(
         {"selected_node": "gone"},
         ProvisioningState.RESCHEDULE,
-        'failed to get selected CSINode gone: csinodes.storage.k8s.io "gone" not found',
+        'failed to get selected CSINode gone: csinode.storage.k8s.io "gone" not found',
         id="selected node without CSINode -> reschedule",
     ),
     pytest.param(

@@ -7,7 +7,7 @@ against a stale cache (a JSON-patch `test` of the resourceVersion).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -17,7 +17,19 @@ from kopf_csi.provisioning import secrets
 from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.states import ProvisioningState
 
-__all__ = ["escape", "meta", "read_secret_data", "replace_finalizers", "uid"]
+__all__ = [
+    "STALE_WRITE_ATTEMPTS",
+    "escape",
+    "meta",
+    "read_secret_data",
+    "replace_finalizers",
+    "uid",
+    "update_finalizers",
+]
+
+STALE_WRITE_ATTEMPTS = 5
+"""Guarded writes tried per call before a lost race goes back to the work queue (client-go's
+`retry.RetryOnConflict` tries 5 times too)."""
 
 log = structlog.get_logger("kopf_csi.provisioning")
 Body = Mapping[str, Any]
@@ -84,3 +96,37 @@ async def replace_finalizers(
     return await api.patch(
         resource, metadata["name"], patch, metadata.get("namespace"), patch_type="json"
     )
+
+
+async def update_finalizers(
+    api: kube.KubeClient,
+    resource: kube.Resource,
+    obj: Body,
+    change: Callable[[Body], list[str] | None],
+) -> Body | None:
+    """Set the finalizers `change(obj)` asks for (None: leave them), re-reading on a lost race.
+
+    The write is guarded by the resourceVersion of what `change` looked at. When someone else
+    wrote the object first (422/409: on a real server the PV controller and the
+    pv-protection controller write a PV within milliseconds of its deletion), the object is
+    read again and `change` decides again, quietly: a lost race is not a failure. Returns the
+    object as written (or as last read, if nothing needed changing), or None once it is gone.
+    Raises `kube.StaleWriteError` only if every attempt lost its race.
+    """
+    current: Body | None = obj
+    attempt = 1
+    while current is not None:
+        finalizers = change(current)
+        if finalizers is None:
+            return current
+        try:
+            return await replace_finalizers(api, resource, current, finalizers)
+        except kube.NotFoundError:
+            return None
+        except kube.StaleWriteError as exc:
+            if attempt >= STALE_WRITE_ATTEMPTS:
+                raise
+            attempt += 1
+            log.debug("finalizer_write_raced", obj=meta(current).get("name"), error=str(exc))
+            current = await api.get(resource, meta(current)["name"], meta(current).get("namespace"))
+    return None

@@ -155,12 +155,20 @@ class Provisioner:
         if delay is not None:
             return retry_after(delay)
         self.slow_retries.pop(key, None)
-        node_name = decisions.selected_node(claim)
-        if node_name is not None and self.caches.nodes.get(node_name) is None:
-            # The library looks the selected Node up first (its lister): gone = reschedule.
-            error = decisions.missing_node_error(node_name)
-            return await self._handle_failure(key, claim, storage_class, error, error.state)
         return await self.provision(key, claim, storage_class)
+
+    def _check_selected_node(self, claim: Body) -> None:
+        """A selected node that does not exist reschedules the claim.
+
+        With topology, the selected node's CSINode is what is looked up (the Go provisioner's
+        "failed to get selected CSINode" comes from `_accessibility`). Without it, the Node.
+        Either way after the Normal `Provisioning` event, as on a real cluster.
+        """
+        node_name = decisions.selected_node(claim)
+        if self.supports_topology or node_name is None:
+            return
+        if self.caches.nodes.get(node_name) is None:
+            raise decisions.missing_node_error(node_name)
 
     async def _compete(self, key: str, claim: Body, storage_class: Body) -> Outcome:
         """Node deployment, Immediate claim: after a random delay, try to claim it for us."""
@@ -259,10 +267,13 @@ class Provisioner:
             plugin_capabilities=self.driver.plugin_capabilities,
             controller_capabilities=self.driver.controller_capabilities,
         )
+        # The data source is protected first, before anything else can fail (a missing secret,
+        # a missing CSINode): a claim that waits and retries keeps its source (Go's order).
+        content_source = await self.sources.content_source(claim, plan, storage_class)
         parameters = storage_class.get("parameters")
         refs = secrets.secret_references(parameters, volume_name=plan.volume_name, claim=claim)
         secret_data = await read_secret_data(self.api, refs.provisioner, required=True)
-        content_source = await self.sources.content_source(claim, plan, storage_class)
+        self._check_selected_node(claim)
         requirement = await self._accessibility(claim, storage_class)
         vac = await self._volume_attributes_class(plan.volume_attributes_class)
         request = requests.build_create_request(

@@ -4,6 +4,13 @@ The library's `deleteVolumeOperation` with external-provisioner's `Delete`: only
 only Released ones with the Delete policy, never while a VolumeAttachment still names the PV
 (upstream #438), with the deletion secret. The PV finalizer is added to our Bound Delete-policy
 PVs and removed when the policy becomes Retain, so Retain never deletes.
+
+A lost race is not a failure. On a real server the PV controller, the pv-protection
+controller and the DELETE itself change a PV within milliseconds of each other, so a write
+guarded by a resourceVersion read a moment ago often meets a 422 (failed `test`) or 409. Such
+a write is re-read and tried again at once (`access.update_finalizers`), with no event, no
+warning and no failure metric; and a volume whose DeleteVolume succeeded is never deleted on
+the driver again by this process, whatever happens to the PV writes after it.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.observing import ProvisioningObserver, volume_class
 from kopf_csi.provisioning import deletions, secrets
 from kopf_csi.provisioning.access import meta as meta_of
-from kopf_csi.provisioning.access import read_secret_data, replace_finalizers
+from kopf_csi.provisioning.access import read_secret_data, update_finalizers
 from kopf_csi.provisioning.access import uid as uid_of
 from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.states import error_text
@@ -57,6 +64,8 @@ class Reclaimer:
         self.finished: collections.OrderedDict[str, None] = collections.OrderedDict()
         """UIDs of PVs deleted here: the watch events still on their way (deletionTimestamp
         set, our finalizer not yet gone in them) must not start the deletion again."""
+        self.deleted_on_driver: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """UIDs of PVs whose DeleteVolume succeeded but whose PV writes are not done yet."""
 
     async def sync_volume(self, name: str) -> Outcome:
         volume = self.caches.volumes.get(name)
@@ -70,6 +79,7 @@ class Reclaimer:
     def forget(self, volume: Body) -> None:
         """The PV is gone from the API (its DELETED event): nothing more can arrive about it."""
         self.finished.pop(uid_of(volume), None)
+        self.deleted_on_driver.pop(uid_of(volume), None)
 
     async def _sync_volume(self, volume: Body) -> Outcome:
         if uid_of(volume) in self.finished:
@@ -77,14 +87,18 @@ class Reclaimer:
         known = deletions.is_ours(volume, driver_name=self.driver.name)
         if not known:
             return DONE
-        finalizers = deletions.volume_finalizers(volume)
-        if finalizers is not None:
-            volume = await self._set_finalizers(volume, finalizers)
-        if not deletions.should_delete(volume, driver_name=self.driver.name).should:
-            return DONE
         started = time.monotonic()
         try:
-            await self._delete(volume)
+            current = await self._set_finalizers(volume)
+            if current is None or not deletions.should_delete(
+                current, driver_name=self.driver.name
+            ):
+                return DONE
+            await self._delete(current)
+        except kube.StaleWriteError as exc:
+            # Every re-read lost its race too: the object is busy; the queue tries again soon.
+            log.debug("volume_write_raced", error=str(exc))
+            return RETRY
         except deletions.VolumeInUseError as exc:
             self._observe_failure(volume)  # the library counts the attachment guard's error
             log.info("volume_delete_waits_for_detach", reason=str(exc))
@@ -111,7 +125,29 @@ class Reclaimer:
             self.observer.delete_failed(class_name=volume_class(volume))
 
     async def _delete(self, volume: Body) -> None:
+        uid = uid_of(volume)
+        if uid not in self.deleted_on_driver:
+            await self._delete_on_driver(volume)
+            self.deleted_on_driver[uid] = None
+            while len(self.deleted_on_driver) > FINISHED_REMEMBERED:
+                self.deleted_on_driver.popitem(last=False)
         meta = meta_of(volume)
+        if meta.get("deletionTimestamp"):
+            current: Body | None = volume
+        else:
+            # The answer is the PV itself while finalizers hold it (ours does), or a Status.
+            answer = await self.api.delete(kube.VOLUMES, meta["name"], uid=uid)
+            current = answer if answer is not None and answer.get("kind") != "Status" else None
+        if current is not None:
+            await update_finalizers(self.api, kube.VOLUMES, current, _without_ours)
+        # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do.
+        self.caches.volumes.remove(volume)
+        self.deleted_on_driver.pop(uid, None)
+        self.finished[uid] = None
+        while len(self.finished) > FINISHED_REMEMBERED:
+            self.finished.popitem(last=False)
+
+    async def _delete_on_driver(self, volume: Body) -> None:
         if self.driver.has_controller("PUBLISH_UNPUBLISH_VOLUME"):
             blocker = deletions.blocking_attachment(volume, attachments=self.caches.attachments)
             if blocker is not None:
@@ -131,22 +167,19 @@ class Reclaimer:
         )
         await self.csi.delete_volume(request)
         log.info("volume_deleted")
-        if meta.get("deletionTimestamp"):
-            current: Body | None = volume
-        else:
-            # The answer is the PV itself while finalizers hold it (ours does), or a Status.
-            answer = await self.api.delete(kube.VOLUMES, meta["name"], uid=uid_of(volume))
-            current = answer if answer is not None and answer.get("kind") != "Status" else None
-        if current is not None and names.FINALIZER_PV in (meta_of(current).get("finalizers") or ()):
-            remaining = [f for f in meta_of(current)["finalizers"] if f != names.FINALIZER_PV]
-            await replace_finalizers(self.api, kube.VOLUMES, current, remaining)
-        # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do.
-        self.caches.volumes.remove(volume)
-        self.finished[uid_of(volume)] = None
-        while len(self.finished) > FINISHED_REMEMBERED:
-            self.finished.popitem(last=False)
 
-    async def _set_finalizers(self, volume: Body, finalizers: list[str]) -> Body:
-        updated = await replace_finalizers(self.api, kube.VOLUMES, volume, finalizers)
-        self.caches.volumes.store(updated)
+    async def _set_finalizers(self, volume: Body) -> Body | None:
+        """Our PV finalizer as the reclaim policy wants it (None: the PV is gone)."""
+        updated = await update_finalizers(
+            self.api, kube.VOLUMES, volume, deletions.volume_finalizers
+        )
+        if updated is not None and updated is not volume:
+            self.caches.volumes.store(updated)
         return updated
+
+
+def _without_ours(volume: Body) -> list[str] | None:
+    finalizers = list(meta_of(volume).get("finalizers") or ())
+    if names.FINALIZER_PV not in finalizers:
+        return None
+    return [f for f in finalizers if f != names.FINALIZER_PV]

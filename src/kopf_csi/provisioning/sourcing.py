@@ -1,9 +1,13 @@
 """A new volume's data source: read and check it, protect it, release it.
 
 Clone (a PVC) and restore (a VolumeSnapshot) sources get a protection finalizer before
-CreateVolume may use them; a restored snapshot loses it once the PV exists, a cloned PVC once
-it is being deleted and no Pending claim clones it (external-provisioner's
-CloningProtectionController), and a periodic sweep releases snapshots no claim needs.
+CreateVolume may use them, and before anything else that can fail (the provisioner secret is
+read after them, as external-provisioner's `prepareProvision` does), so a claim that waits and
+retries keeps its source protected. A restored snapshot loses it once the PV exists or the
+restoring claim is gone (and no other pending claim restores it), a cloned PVC once it is being
+deleted and no Pending claim clones it (external-provisioner's CloningProtectionController),
+and a periodic sweep releases snapshots no claim needs. Every finalizer write re-reads and
+tries again on a lost race (`access.update_finalizers`).
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ from kopf_csi.caches import Caches
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning import protection, requests, sources
 from kopf_csi.provisioning.access import meta as meta_of
-from kopf_csi.provisioning.access import replace_finalizers
+from kopf_csi.provisioning.access import update_finalizers
 from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.provisioning.states import ProvisioningState
 from kopf_csi.queueing import DONE, RETRY, Outcome
 
-__all__ = ["Sources"]
+__all__ = ["SNAPSHOT_KEY_PREFIX", "Sources"]
+
+SNAPSHOT_KEY_PREFIX = "snapshot:"
+"""Keys of the sources queue: `<namespace>/<claim>` for a clone source, this prefix and
+`<namespace>/<snapshot>` for a snapshot whose restoring claim went away."""
 
 log = structlog.get_logger("kopf_csi.provisioning")
 Body = Mapping[str, Any]
@@ -79,17 +87,18 @@ class Sources:
 
     async def _protect(self, resource: kube.Resource, obj: Body, change: Any) -> None:
         """Put a source-protection finalizer on the source before CreateVolume may use it."""
-        finalizers = change(obj)
-        if finalizers is None:
-            return
         try:
-            await replace_finalizers(self.api, resource, obj, finalizers)
+            protected = await update_finalizers(self.api, resource, obj, change)
         except kube.KubeError as exc:
-            # The source changed under us (422/409) or is gone: retry the claim, fresh.
             raise ProvisioningError(
                 f"failed to protect the data source {meta_of(obj).get('name')}: {exc}",
                 state=ProvisioningState.NO_CHANGE,
             ) from exc
+        if protected is None:
+            raise ProvisioningError(
+                f"failed to protect the data source {meta_of(obj).get('name')}: it is gone",
+                state=ProvisioningState.NO_CHANGE,
+            )
 
     async def release_snapshot_source(self, claim: Body) -> None:
         """After the PV is saved, the restored snapshot loses its protection (errors: logged)."""
@@ -98,44 +107,75 @@ class Sources:
             return
         try:
             snapshot = await self.api.get(kube.SNAPSHOTS, ref.name, ref.namespace)
-            finalizers = protection.release_snapshot_source(snapshot) if snapshot else None
-            if snapshot is not None and finalizers is not None:
-                await replace_finalizers(self.api, kube.SNAPSHOTS, snapshot, finalizers)
+            if snapshot is not None:
+                await update_finalizers(
+                    self.api, kube.SNAPSHOTS, snapshot, protection.release_snapshot_source
+                )
         except (kube.KubeError, ProvisioningError) as exc:
             log.warning("snapshot_release_failed", snapshot=ref.name, error=str(exc))
 
     # -- source protection controllers ---------------------------------------------------------
+
+    async def sync_source(self, key: str) -> Outcome:
+        """The sources queue: a clone's source PVC, or a snapshot a deleted claim restored."""
+        if key.startswith(SNAPSHOT_KEY_PREFIX):
+            return await self.sync_snapshot_source(key.removeprefix(SNAPSHOT_KEY_PREFIX))
+        return await self.sync_clone_source(key)
+
+    async def sync_snapshot_source(self, key: str) -> Outcome:
+        """A restoring claim is gone: its snapshot loses the protection no pending claim needs."""
+        namespace, _, name = key.partition("/")
+        pending = protection.pending_snapshot_keys(self.caches.claims)
+
+        def release(snapshot: Body) -> list[str] | None:
+            return protection.release_orphaned_snapshot(snapshot, pending=pending)
+
+        try:
+            snapshot = await self.api.get(kube.SNAPSHOTS, name, namespace)
+            if snapshot is not None:
+                await update_finalizers(self.api, kube.SNAPSHOTS, snapshot, release)
+        except kube.KubeError as exc:
+            log.warning("snapshot_release_failed", snapshot=key, error=str(exc))
+            return RETRY
+        return DONE
 
     async def sync_clone_source(self, key: str) -> Outcome:
         """A deleting source PVC loses cloning-protection once no Pending claim clones it."""
         source = self.caches.claims.get(key)
         if source is None:
             return DONE
-        finalizers = protection.release_clone_source(source, claims=self.caches.claims)
-        if finalizers is None:
-            if meta_of(source).get("deletionTimestamp") and names.FINALIZER_CLONING_PROTECTION in (
-                meta_of(source).get("finalizers") or ()
-            ):
-                return RETRY  # a clone is still pending: look again later
-            return DONE
+        claims = self.caches.claims
+
+        def release(claim: Body) -> list[str] | None:
+            return protection.release_clone_source(claim, claims=claims)
+
         try:
-            updated = await replace_finalizers(self.api, kube.CLAIMS, source, finalizers)
+            updated = await update_finalizers(self.api, kube.CLAIMS, source, release)
         except kube.KubeError as exc:
             log.warning("clone_source_release_failed", obj=source, error=str(exc))
             return RETRY
+        if updated is None:
+            return DONE
         self.caches.claims.store(updated)
+        if meta_of(updated).get("deletionTimestamp") and names.FINALIZER_CLONING_PROTECTION in (
+            meta_of(updated).get("finalizers") or ()
+        ):
+            return RETRY  # a clone is still pending: look again later
         return DONE
 
     async def sweep_snapshot_sources(self) -> int:
         """Remove snapshot-as-source protection that no pending claim needs (upstream #1458)."""
         pending = protection.pending_snapshot_keys(self.caches.claims)
         released = 0
+
+        def release(snapshot: Body) -> list[str] | None:
+            return protection.release_orphaned_snapshot(snapshot, pending=pending)
+
         for snapshot in await self.api.list(kube.SNAPSHOTS):
-            finalizers = protection.release_orphaned_snapshot(snapshot, pending=pending)
-            if finalizers is None:
+            if release(snapshot) is None:
                 continue
             try:
-                await replace_finalizers(self.api, kube.SNAPSHOTS, snapshot, finalizers)
+                await update_finalizers(self.api, kube.SNAPSHOTS, snapshot, release)
                 released += 1
             except kube.KubeError as exc:
                 log.warning("snapshot_release_failed", snapshot=meta_of(snapshot).get("name"),

@@ -210,7 +210,7 @@ class _Work:
             if csinode is None:
                 raise _NotFound(
                     f"failed to get selected CSINode {selected}: "
-                    f"csinodes.storage.k8s.io {gofmt.go_quote(selected)} not found"
+                    f"csinode.storage.k8s.io {gofmt.go_quote(selected)} not found"
                 )
             keys = self._driver_keys(csinode)
             if keys:

@@ -12,18 +12,24 @@ RFC 7386, the strategic-merge subset, label/field selector grammar) with their o
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "REJECTED",
     "Selector",
     "StatusError",
+    "conflict",
     "json_patch",
+    "managed_fields",
+    "manager_name",
     "merge_patch",
     "parse_field_selector",
     "parse_label_selector",
     "strategic_merge_patch",
+    "failed_test",
 ]
 
 Selector = Callable[[Mapping[str, Any]], bool]
@@ -46,22 +52,66 @@ _REASONS = {
 class StatusError(Exception):
     """An API failure that is rendered as a ``kind: Status`` body with the same code."""
 
-    def __init__(self, code: int, message: str, *, reason: str | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        *,
+        reason: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason or _REASONS.get(code, "Unknown")
+        self.details = dict(details or {})
 
     def status(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "code": self.code,
         }
+        if self.details:
+            body["details"] = self.details
+        body["code"] = self.code
+        return body
+
+
+REJECTED = "the server rejected our request due to an error in our request"
+"""apimachinery's text for a 422 built from a server-side error (NewGenericServerResponse)."""
+
+
+def conflict(resource: str, name: str) -> StatusError:
+    """409 for a write against a stale resourceVersion, the real server's body byte for byte.
+
+    `resource` is the group-qualified plural (``persistentvolumes``,
+    ``volumeattachments.storage.k8s.io``), as apimachinery's ``NewConflict`` prints it.
+    """
+    return StatusError(
+        409,
+        f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+        reason="Conflict",
+        details={"name": name, "kind": resource},
+    )
+
+
+def failed_test(path: str) -> StatusError:
+    """422 for a JSON patch whose ``test`` failed, as kube-apiserver answers it.
+
+    The patch handler wraps the json-patch library's error in a generic 422: reason
+    ``Invalid``, a fixed message, and the library's text as the only cause.
+    """
+    return StatusError(
+        422,
+        REJECTED,
+        reason="Invalid",
+        details={"causes": [{"message": f"testing value {path} failed: test failed"}]},
+    )
 
 
 # --- Patches -------------------------------------------------------------------------------
@@ -137,7 +187,7 @@ def _apply_operation(document: Any, operation: Mapping[str, Any]) -> Any:
     op, path = operation.get("op"), operation["path"]
     if op == "test":
         if _get(document, path) != operation.get("value"):
-            raise StatusError(422, f"the test of the value at {path} failed")
+            raise failed_test(path)
         return document
     if op == "add":
         return _add(document, path, copy.deepcopy(operation.get("value")))
@@ -306,3 +356,116 @@ def _field(obj: Any, path: list[str]) -> str:
     if isinstance(obj, bool):
         return "true" if obj else "false"
     return str(obj)
+
+
+# --- Field managers --------------------------------------------------------------------------
+
+_UNMANAGED_METADATA = frozenset(
+    {"managedFields", "resourceVersion", "generation", "uid", "creationTimestamp",
+     "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"}
+)  # fmt: skip
+
+
+def manager_name(field_manager: str | None, user_agent: str | None) -> str:
+    """Who wrote: `fieldManager` if given, else the User-Agent up to its first ``/``.
+
+    That is how kube-apiserver names the manager of an Update; client-go's default User-Agent
+    is ``<binary>/<version> (<os>/<arch>) kubernetes/<commit>``, so a Go sidecar shows up as
+    its binary's name.
+    """
+    if field_manager:
+        return field_manager
+    return (user_agent or "").split("/", 1)[0] or "unknown"
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """The fieldsV1 set of a value: ``f:<key>`` for map keys, ``v:<json>`` for scalar list items.
+
+    Lists of objects are kept as one leaf: the emulator knows no list-map keys.
+    """
+    if isinstance(value, Mapping):
+        return {f"f:{key}": _fields(item) for key, item in value.items()}
+    if isinstance(value, list) and all(not isinstance(item, (Mapping, list)) for item in value):
+        return {".": {}, **{"v:" + json.dumps(item): {} for item in value}}
+    return {}
+
+
+def _changed(old: Any, new: Any) -> dict[str, Any] | None:
+    """The fieldsV1 set of what `new` sets differently from `old` (None: nothing)."""
+    if old == new:
+        return None
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        changed = {
+            f"f:{key}": sub
+            for key, item in new.items()
+            if (sub := _changed(old.get(key), item)) is not None
+        }
+        return changed or None
+    return _fields(new)
+
+
+def _union(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(a)
+    for key, value in b.items():
+        merged[key] = _union(merged[key], value) if key in merged else value
+    return merged
+
+
+def _subtract(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """`a` without the leaves that `b` now owns (an Update moves ownership to its writer)."""
+    result = {}
+    for key, value in a.items():
+        if key not in b:
+            result[key] = value
+        elif value and b[key]:
+            rest = _subtract(value, b[key])
+            if rest:
+                result[key] = rest
+    return result
+
+
+def _content(obj: Mapping[str, Any], subresource: str | None) -> dict[str, Any]:
+    if subresource == "status":
+        return {"status": obj.get("status")} if obj.get("status") is not None else {}
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _UNMANAGED_METADATA}
+    meta.pop("name", None)
+    meta.pop("namespace", None)
+    content = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+    if meta:
+        content["metadata"] = meta
+    return content
+
+
+def managed_fields(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    *,
+    manager: str,
+    subresource: str | None,
+    time: str,
+) -> list[dict[str, Any]]:
+    """`new`'s ``metadata.managedFields`` after `manager` wrote it with an Update.
+
+    One entry per (manager, subresource); the fields this write set move to its entry, and an
+    entry left with no fields goes, as the real server's managedFields do.
+    """
+    before = (old or {}).get("metadata", {}).get("managedFields") or []
+    changed = _changed(_content(old or {}, subresource), _content(new, subresource)) or {}
+    entries: list[dict[str, Any]] = []
+    mine: dict[str, Any] | None = None
+    for entry in before:
+        if entry.get("manager") == manager and entry.get("subresource") == subresource:
+            mine = entry
+            continue
+        fields = _subtract(entry.get("fieldsV1") or {}, changed)
+        if fields:
+            entries.append({**entry, "fieldsV1": fields})
+    fields = _union((mine or {}).get("fieldsV1") or {}, changed)
+    if fields:
+        entry = {"manager": manager, "operation": "Update",
+                 "apiVersion": new.get("apiVersion", "v1"), "time": time,
+                 "fieldsType": "FieldsV1", "fieldsV1": fields}  # fmt: skip
+        if subresource:
+            entry["subresource"] = subresource
+        entries.append(entry)
+    return entries

@@ -75,6 +75,11 @@ class Kind:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def qualified(self) -> str:
+        """``plural.group``, as the real server names a resource in its messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
 
 KINDS: tuple[Kind, ...] = (
     Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, status=True),
@@ -111,8 +116,16 @@ _PENDING_ON_CREATE = {("", "persistentvolumeclaims"), ("", "persistentvolumes")}
 # Server-owned metadata: a client's values are ignored on every write.
 _SERVER_METADATA = (
     "name", "namespace", "uid", "creationTimestamp", "resourceVersion", "generation",
-    "deletionTimestamp", "deletionGracePeriodSeconds",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
 )  # fmt: skip
+# The StorageObjectInUseProtection admission plugin (on by default) puts these on every new
+# claim and volume; kube-controller-manager's pvc- and pv-protection controllers remove them.
+PROTECTION_FINALIZERS = {
+    ("", "persistentvolumeclaims"): "kubernetes.io/pvc-protection",
+    ("", "persistentvolumes"): "kubernetes.io/pv-protection",
+}
+TEST_MANAGER = "kopf-csi-tests"
+"""The field manager of writes through the Python-level API (a test acting as a user)."""
 _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 _KMOCK_LOG_LIMIT = 100  # discovery requests kept by kmock (it re-filters them per request)
 _SNAPSHOTS_KEPT = 16  # paginated LISTs whose `continue` tokens still work
@@ -380,8 +393,10 @@ class EmulatedCluster:
         history: int = 1000,  # watch events kept per kind; older resourceVersions get 410
         bookmark_interval: float = 30.0,  # kopf reconnects a watch silent for 70 s
         namespaces: tuple[str, ...] = ("default", "kube-system"),
+        storage_protection: bool = True,  # the StorageObjectInUseProtection admission plugin
     ) -> None:
         self.host, self.port = host, port
+        self.storage_protection = storage_protection
         self.bookmark_interval = bookmark_interval
         self.faults = Faults()
         self.requests = RequestLog()  # every HTTP request, as RBAC sees it (counts only)
@@ -489,9 +504,14 @@ class EmulatedCluster:
         return _clone(self._list(self.kind(resource), namespace, label_selector, field_selector))
 
     def create(
-        self, resource: str, body: Mapping[str, Any], *, namespace: str | None = None
+        self,
+        resource: str,
+        body: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        manager: str = TEST_MANAGER,
     ) -> Body:
-        return _clone(self._create(self.kind(resource), namespace, _clone(body)))
+        return _clone(self._create(self.kind(resource), namespace, _clone(body), manager))
 
     def replace(
         self,
@@ -501,11 +521,11 @@ class EmulatedCluster:
         body: Mapping[str, Any],
         *,
         subresource: str | None = None,
+        manager: str = TEST_MANAGER,
     ) -> Body:
         new = _clone(body)
-        return _clone(
-            self._update(self.kind(resource), namespace, name, lambda old: new, subresource)
-        )
+        kind = self.kind(resource)
+        return _clone(self._update(kind, namespace, name, lambda old: new, subresource, manager))
 
     def patch(
         self,
@@ -516,11 +536,14 @@ class EmulatedCluster:
         *,
         patch_type: PatchType = "merge",
         subresource: str | None = None,
+        manager: str = TEST_MANAGER,
     ) -> Body:
         patcher, body = _PATCHERS[patch_type], _clone(patch)
         kind = self.kind(resource)
         return _clone(
-            self._update(kind, namespace, name, lambda old: patcher(old, body), subresource)
+            self._update(
+                kind, namespace, name, lambda old: patcher(old, body), subresource, manager
+            )
         )
 
     def delete(
@@ -642,7 +665,7 @@ class EmulatedCluster:
             if (namespace is None or key[0] == namespace) and all(s(store[key]) for s in selectors)
         ]
 
-    def _create(self, kind: Kind, namespace: str | None, body: Any) -> Body:
+    def _create(self, kind: Kind, namespace: str | None, body: Any, manager: str) -> Body:
         if not isinstance(body, dict):
             raise StatusError(400, "the body must be an object")
         meta = dict(body.get("metadata") or {})
@@ -666,16 +689,26 @@ class EmulatedCluster:
             name = meta["generateName"] + "".join(
                 random.choices("bcdfghjklmnpqrstvwxz2456789", k=5)
             )
-        for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+        for field in (
+            "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"
+        ):
             meta.pop(field, None)
         meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+        protection = PROTECTION_FINALIZERS.get((kind.group, kind.plural))
+        if self.storage_protection and protection is not None:
+            finalizers = list(meta.get("finalizers") or [])
+            meta["finalizers"] = finalizers + [protection] * (protection not in finalizers)
         obj = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": _tidy(meta)}
         obj.update((k, v) for k, v in body.items() if k not in ("apiVersion", "kind", "metadata"))
         if kind.status:
             obj.pop("status", None)  # the status is written through /status only
             if (kind.group, kind.plural) in _PENDING_ON_CREATE:
                 obj["status"] = {"phase": "Pending"}
+        obj["metadata"]["managedFields"] = self._managed(None, obj, manager, None)
         return self._commit(kind, self._key(kind, namespace, name), "ADDED", obj, None)
+
+    def _managed(self, old: Body | None, new: Body, manager: str, sub: str | None) -> list[Body]:
+        return apimachinery.managed_fields(old, new, manager=manager, subresource=sub, time=_now())
 
     def _update(
         self,
@@ -684,6 +717,7 @@ class EmulatedCluster:
         name: str,
         transform: Callable[[Body], Any],
         subresource: str | None,
+        manager: str,
     ) -> Body:
         old = self._existing(kind, namespace, name)
         if subresource is not None and (subresource != "status" or not kind.status):
@@ -693,16 +727,15 @@ class EmulatedCluster:
             raise StatusError(422, "the result must be an object")
         meta = proposed.get("metadata") or {}
         if meta.get("resourceVersion") not in (None, "", old["metadata"]["resourceVersion"]):
-            raise StatusError(
-                409,
-                f'Operation cannot be fulfilled on {kind.plural} "{name}": the object has been '
-                "modified; please apply your changes to the latest version and try again",
-            )
+            raise apimachinery.conflict(kind.qualified, name)
         if meta.get("name", name) != name:
             raise StatusError(400, "the name of the object does not match the name in the URL")
         new = self._merge_write(kind, old, proposed, subresource)
         if new == old:
             return old  # a no-op write bumps nothing and notifies no one, as in the real server
+        new["metadata"] = {
+            **new["metadata"], "managedFields": self._managed(old, new, manager, subresource)
+        }
         deleted = new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers")
         return self._commit(
             kind, self._key(kind, namespace, name), "DELETED" if deleted else "MODIFIED", new, old
@@ -868,11 +901,14 @@ class EmulatedCluster:
                 raise StatusError(404, f"{kind.plural} has no subresource {sub!r}")
             return aiohttp.web.json_response(self._existing(kind, ns, name), dumps=_dumps)
         payload = await _read_json(request)
+        manager = apimachinery.manager_name(
+            params.get("fieldManager"), request.headers.get("User-Agent")
+        )
         if verb == "create":
             if kind.namespaced and ns is None:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
             return aiohttp.web.json_response(
-                self._create(kind, ns, payload), status=201, dumps=_dumps
+                self._create(kind, ns, payload, manager), status=201, dumps=_dumps
             )
         if verb == "delete":
             preconditions = (
@@ -882,10 +918,10 @@ class EmulatedCluster:
                 self._delete(kind, ns, name, preconditions), dumps=_dumps
             )
         if verb == "update":
-            result = self._update(kind, ns, name, lambda old: payload, sub)
+            result = self._update(kind, ns, name, lambda old: payload, sub, manager)
         else:
             patcher = _PATCHERS[_patch_type(request.content_type)]
-            result = self._update(kind, ns, name, lambda old: patcher(old, payload), sub)
+            result = self._update(kind, ns, name, lambda old: patcher(old, payload), sub, manager)
         return aiohttp.web.json_response(result, dumps=_dumps)
 
     async def _serve_watch(

@@ -21,9 +21,17 @@ What it mirrors, from kubernetes/kubernetes (read, not copied; see sidecars.md Â
 - Scheduler (volume binding): a pod with ``spec.nodeName`` and an unbound WaitForFirstConsumer
   claim gets ``volume.kubernetes.io/selected-node`` set on the claim.
 
+- The pvc-protection and pv-protection controllers (pkg/controller/volume/pvcprotection,
+  pvprotection): the finalizers the API server's StorageObjectInUseProtection admission puts
+  on every new claim and volume are removed, with an update (PUT) guarded by the
+  resourceVersion, once the object is being deleted and is not in use: a claim no active Pod
+  names, a volume that is not Bound. On a real server these writes land within milliseconds
+  of the deletion, and race the external provisioner's own writes on the same PV.
+
+Every write carries the field manager ``kube-controller-manager``.
+
 Left out: static binding of claim-less PVs to claims by class/size/modes, in-tree
-provisioning/deletion/recycling, CSI migration, the pvc-protection and pv-protection
-finalizers, multi-attach checks, waiting for kubelet to unmount before detaching, node
+provisioning/deletion/recycling, CSI migration, multi-attach checks, waiting for kubelet to unmount before detaching, node
 annotations (``controller-managed-attach-detach``), and event aggregation (each distinct event
 is posted once, where KCM re-posts it on every resync).
 
@@ -56,6 +64,8 @@ ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 ANN_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+FINALIZER_PVC_PROTECTION = "kubernetes.io/pvc-protection"
+FINALIZER_PV_PROTECTION = "kubernetes.io/pv-protection"
 PV_CONTROLLER = "persistentvolume-controller"
 
 _EXTERNAL_PROVISIONING = (
@@ -116,6 +126,7 @@ class ControllerManager(StandIn):
         "volumeattachments",
     )
     task_name = "kcm-stand-in"
+    manager = "kube-controller-manager"
 
     def __init__(
         self,
@@ -124,9 +135,13 @@ class ControllerManager(StandIn):
         volumes: bool = True,  # the PV controller (binding, provisioning requests, release)
         attachments: bool = True,  # the attach/detach controller (VolumeAttachments)
         scheduler: bool = True,  # selected-node for WaitForFirstConsumer claims
+        protection: bool = True,  # the pvc-protection and pv-protection controllers
     ) -> None:
         super().__init__(cluster)
-        self.enabled = {"volumes": volumes, "attachments": attachments, "scheduler": scheduler}
+        self.enabled = {
+            "volumes": volumes, "attachments": attachments, "scheduler": scheduler,
+            "protection": protection,
+        }  # fmt: skip
         self.passes = 0
         self._emitted: set[tuple[str, str, str]] = set()
         self._attachments: set[str] = set()  # VA names this attach/detach controller created
@@ -167,6 +182,11 @@ class ControllerManager(StandIn):
                 self._guarded(self._sync_volume, volume)
         if self.enabled["attachments"]:
             self._sync_attachments()
+        if self.enabled["protection"]:
+            for claim in list(self._cache["persistentvolumeclaims"].values()):
+                self._guarded(self._sync_claim_protection, claim)
+            for volume in list(self._cache["persistentvolumes"].values()):
+                self._guarded(self._sync_volume_protection, volume)
 
     def _guarded(self, fn: Callable[[Body], None], obj: Body) -> None:
         try:
@@ -192,17 +212,6 @@ class ControllerManager(StandIn):
             and storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
         )
 
-    def _patch(self, plural: str, obj: Body, patch: Body, *, status: bool = False) -> Body:
-        meta = obj["metadata"]
-        result = self.cluster.patch(
-            plural,
-            meta.get("namespace"),
-            meta["name"],
-            patch,
-            subresource="status" if status else None,
-        )
-        return self._put(plural, result)
-
     def _event(self, obj: Body, type_: str, reason: str, message: str) -> None:
         meta = obj["metadata"]
         if (meta["uid"], reason, message) in self._emitted:
@@ -227,7 +236,7 @@ class ControllerManager(StandIn):
             "lastTimestamp": now,
             "count": 1,
         }
-        self.cluster.create("events", event)
+        self.cluster.create("events", event, manager=self.manager)
 
     # --- Scheduler: selected-node --------------------------------------------------------
 
@@ -442,6 +451,37 @@ class ControllerManager(StandIn):
         volume = self._patch("persistentvolumes", volume, patch)
         self._patch("persistentvolumes", volume, {"status": {"phase": "Available"}}, status=True)
 
+    # --- pvc-protection and pv-protection controllers --------------------------------------
+
+    def _sync_claim_protection(self, claim: Body) -> None:
+        meta = _meta(claim)
+        if not meta.get("deletionTimestamp"):
+            return
+        in_use = any(
+            meta["name"] in _pod_claims(pod) and _pod_active(pod)
+            for (namespace, _), pod in self._cache["pods"].items()
+            if namespace == meta.get("namespace")
+        )
+        if not in_use:
+            self._unprotect("persistentvolumeclaims", claim, FINALIZER_PVC_PROTECTION)
+
+    def _sync_volume_protection(self, volume: Body) -> None:
+        if _meta(volume).get("deletionTimestamp") and _phase(volume) != "Bound":
+            self._unprotect("persistentvolumes", volume, FINALIZER_PV_PROTECTION)
+
+    def _unprotect(self, plural: str, obj: Body, finalizer: str) -> None:
+        """Remove `finalizer` with an update carrying our resourceVersion (a 409 if stale)."""
+        meta = _meta(obj)
+        finalizers = list(meta.get("finalizers") or [])
+        if finalizer not in finalizers:
+            return
+        body = {**obj, "metadata": {**meta, "finalizers": [f for f in finalizers if f != finalizer]}}
+        updated = self.cluster.replace(
+            plural, meta.get("namespace"), meta["name"], body, manager=self.manager
+        )
+        if updated["metadata"]["uid"] == meta["uid"] and updated["metadata"].get("finalizers"):
+            self._put(plural, updated)
+
     # --- Attach/detach controller --------------------------------------------------------
 
     def _sync_attachments(self) -> None:
@@ -450,7 +490,7 @@ class ControllerManager(StandIn):
         for name, spec in desired.items():
             if ("", name) not in existing:
                 body = {"metadata": {"name": name}, "spec": spec}
-                self._put("volumeattachments", self.cluster.create("volumeattachments", body))
+                self._create("volumeattachments", body)
             self._attachments.add(name)
         for name in sorted(self._attachments - desired.keys()):
             attachment = existing.get(("", name))

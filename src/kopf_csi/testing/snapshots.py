@@ -76,6 +76,7 @@ class SnapshotController(StandIn):
         "persistentvolumes",
     )
     task_name = "snapshot-controller"
+    manager = "snapshot-controller"
 
     def __init__(self, cluster: EmulatedCluster) -> None:
         super().__init__(cluster)
@@ -106,17 +107,6 @@ class SnapshotController(StandIn):
 
     def _get(self, plural: str, name: str, namespace: str = "") -> Body | None:
         return self._cache[plural].get((namespace, name))
-
-    def _patch(self, plural: str, obj: Body, patch: Body, *, status: bool = False) -> Body:
-        meta = obj["metadata"]
-        result = self.cluster.patch(
-            plural,
-            meta.get("namespace"),
-            meta["name"],
-            patch,
-            subresource="status" if status else None,
-        )
-        return self._put(plural, result)
 
     def _class_for(self, snapshot: Body, driver: str) -> Body | None:
         name = _spec(snapshot).get("volumeSnapshotClassName")
@@ -203,9 +193,7 @@ class SnapshotController(StandIn):
                 "sourceVolumeMode": _spec(volume or {}).get("volumeMode") or "Filesystem",
             },
         }
-        return self._put(
-            "volumesnapshotcontents", self.cluster.create("volumesnapshotcontents", body)
-        )
+        return self._create("volumesnapshotcontents", body)
 
     @staticmethod
     def _snapshot_status(content: Body) -> dict[str, object]:

@@ -25,6 +25,7 @@ class StandIn(abc.ABC):
 
     watched: ClassVar[tuple[str, ...]]  # the plurals subscribed to (and cached)
     task_name: ClassVar[str]
+    manager: ClassVar[str]  # the field manager of its writes (the real controller's name)
 
     def __init__(self, cluster: EmulatedCluster) -> None:
         self.cluster = cluster
@@ -69,3 +70,19 @@ class StandIn(abc.ABC):
         meta = obj["metadata"]
         self._cache[plural][(meta.get("namespace") or "", meta["name"])] = obj
         return obj
+
+    def _patch(self, plural: str, obj: Body, patch: Body, *, status: bool = False) -> Body:
+        """A merge patch (of the status, with `status`) as this controller, cached at once."""
+        meta = obj["metadata"]
+        result = self.cluster.patch(
+            plural,
+            meta.get("namespace"),
+            meta["name"],
+            patch,
+            subresource="status" if status else None,
+            manager=self.manager,
+        )
+        return self._put(plural, result)
+
+    def _create(self, plural: str, body: Body) -> Body:
+        return self._put(plural, self.cluster.create(plural, body, manager=self.manager))
