@@ -22,10 +22,10 @@ import structlog
 
 from kopf_csi import kube, metrics, names, runtime
 from kopf_csi.caches import object_key
+from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.hooks import create_volume_hooks
 from kopf_csi.provisioning.journal import Journal, journal_name
 from kopf_csi.provisioning.naming import provisioner_identity
-from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.operations import Provisioner
 from kopf_csi.provisioning.sources import data_source
 from kopf_csi.provisioning.sourcing import SNAPSHOT_KEY_PREFIX

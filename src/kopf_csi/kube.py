@@ -38,6 +38,7 @@ __all__ = [
     "SNAPSHOTS",
     "SNAPSHOT_CLASSES",
     "SNAPSHOT_CONTENTS",
+    "STALE_WRITE_ATTEMPTS",
     "STORAGE_CLASSES",
     "VOLUMES",
     "VOLUME_ATTACHMENTS",
@@ -50,9 +51,9 @@ __all__ = [
     "NotFoundError",
     "Resource",
     "StaleWriteError",
-    "user_agent",
     "decode_secret_data",
     "login",
+    "user_agent",
 ]
 
 Body = dict[str, Any]
@@ -141,6 +142,10 @@ class StaleWriteError(ConflictError):
     """
 
 
+STALE_WRITE_ATTEMPTS = 5
+"""Guarded writes tried per operation before a lost race goes back to the work queue
+(client-go's `retry.RetryOnConflict` tries 5 times too)."""
+
 DEFAULT_MANAGER = "kopf-csi"
 """The field manager of writes that belong to no sidecar role (the sandbox, tools)."""
 
@@ -152,7 +157,7 @@ def user_agent(manager: str) -> str:
     `/` when no `fieldManager` is given: with the Go sidecar's name first, our writes show up
     in `managedFields`, audit logs and `kubectl` as that sidecar's.
     """
-    from kopf_csi import __version__  # noqa: PLC0415 (the package imports this module)
+    from kopf_csi import __version__
 
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
     return f"{manager}/v{__version__} ({sys.platform}/{arch}) kopf-csi/{__version__}"
@@ -457,5 +462,6 @@ def _is_stale_write(status: int, reason: str, body: Mapping[str, Any]) -> bool:
     if status == 409:
         return reason == "Conflict"  # not AlreadyExists
     return status == 422 and any(
-        str(cause.get("message", "")).startswith("testing value ") for cause in _causes(body)
+        str(cause.get("message", "")).startswith(("testing value ", "error in test for path"))
+        for cause in _causes(body)
     )

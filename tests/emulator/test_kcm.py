@@ -258,13 +258,16 @@ async def test_a_deleted_claim_keeps_its_protection_while_a_pod_uses_it(
 ) -> None:
     created = claim(cluster, "data", storageClassName="fast")
     assert created["metadata"]["finalizers"] == [FINALIZER_PVC_PROTECTION]  # admission
-    pod = {"metadata": {"name": "app"},
-           "spec": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}}
+    pod = {
+        "metadata": {"name": "app"},
+        "spec": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]},
+    }
     cluster.create("pods", pod, namespace="default")
     cluster.delete(PVCS, "default", "data")
     await kcm.settled()
     held = cluster.get(PVCS, "default", "data")
-    assert held is not None and held["metadata"]["deletionTimestamp"]
+    assert held is not None
+    assert held["metadata"]["deletionTimestamp"]
     assert held["metadata"]["finalizers"] == [FINALIZER_PVC_PROTECTION]
 
     cluster.delete("pods", "default", "app")
@@ -277,11 +280,14 @@ async def test_protection_finalizers_go_with_a_guarded_update_by_kcm(
     created = volume(cluster, "pvc-1")
     assert created["metadata"]["finalizers"] == [FINALIZER_PV_PROTECTION]
     other = "example.com/other"
-    cluster.patch(PVS, None, "pvc-1", {"metadata": {"finalizers": [FINALIZER_PV_PROTECTION, other]}})
+    cluster.patch(
+        PVS, None, "pvc-1", {"metadata": {"finalizers": [FINALIZER_PV_PROTECTION, other]}}
+    )
     cluster.delete(PVS, None, "pvc-1")
     unprotected = await cluster.wait_for(
         PVS, None, "pvc-1", lambda obj: (obj or {})["metadata"].get("finalizers") == [other]
     )
-    assert unprotected is not None and unprotected["metadata"]["deletionTimestamp"]
+    assert unprotected is not None
+    assert unprotected["metadata"]["deletionTimestamp"]
     managers = {e["manager"]: e for e in unprotected["metadata"]["managedFields"]}
     assert "f:finalizers" in managers["kube-controller-manager"]["fieldsV1"]["f:metadata"]

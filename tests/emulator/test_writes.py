@@ -231,7 +231,9 @@ async def test_managed_fields_name_each_writer(
     assert obj is not None
     entries = {(e["manager"], e.get("subresource")): e for e in obj["metadata"]["managedFields"]}
     assert set(entries) == {("csi-provisioner", None), ("csi-resizer", "status"), ("kubectl", None)}
-    assert all(e["operation"] == "Update" and e["fieldsType"] == "FieldsV1" for e in entries.values())
+    assert all(
+        e["operation"] == "Update" and e["fieldsType"] == "FieldsV1" for e in entries.values()
+    )
     provisioner = entries["csi-provisioner", None]["fieldsV1"]
     assert provisioner["f:spec"]["f:accessModes"] == {".": {}, 'v:"ReadWriteOnce"': {}}
     assert entries["csi-resizer", "status"]["fieldsV1"] == {"f:status": {"f:phase": {}}}
@@ -243,7 +245,9 @@ async def test_claims_and_volumes_get_the_storage_protection_finalizers(
 ) -> None:
     created = await core.create_namespaced_persistent_volume_claim("default", claim("a"))
     assert created.metadata.finalizers == ["kubernetes.io/pvc-protection"]
-    volume = {"metadata": {"name": "pv", "finalizers": ["example.com/mine"]},
-              "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}}
+    volume = {
+        "metadata": {"name": "pv", "finalizers": ["example.com/mine"]},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]},
+    }
     created_pv = await core.create_persistent_volume(volume)
     assert created_pv.metadata.finalizers == ["example.com/mine", "kubernetes.io/pv-protection"]

@@ -180,7 +180,10 @@ async def test_kopf_and_our_records_share_one_json_stream(
 
 
 async def test_watch_events_leave_no_info_lines(
-    restore_logging: None, cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread
+    restore_logging: None,
+    cluster: EmulatedCluster,
+    kcm: ControllerManager,
+    operator: OperatorThread,
 ) -> None:
     """kopf's `Handler '...' succeeded.` for every watch event is debug, never info."""
     stream = Stream()

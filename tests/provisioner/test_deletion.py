@@ -20,8 +20,8 @@ import pytest
 from kopf_csi import names
 from kopf_csi.csi import Code
 from kopf_csi.driver import Driver, DriverConfig
-from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
 from kopf_csi.testing.emulator import Body, EmulatedCluster
+from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls
 

@@ -26,9 +26,9 @@ from kopf_csi import names
 from kopf_csi.driver import Driver, DriverConfig
 from kopf_csi.driver.volumes import VolumeRequest
 from kopf_csi.settings import ProvisionerOptions
+from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
 from kopf_csi.testing.kcm import FINALIZER_PVC_PROTECTION as PVC_PROTECTION
-from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls
 

@@ -29,6 +29,8 @@ from kopf_csi.caches import Caches
 from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.queueing import DONE, RETRY, Outcome
 
+UNPUBLISHED_REMEMBERED = 10_000
+
 __all__ = ["Attacher", "is_trivial"]
 
 log = structlog.get_logger("kopf_csi.attacher")
@@ -72,6 +74,8 @@ class Attacher:
             and driver.has_controller("LIST_VOLUMES_PUBLISHED_NODES")
         )
         self.force_sync: set[str] = set()
+        self.unpublished: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """UIDs of VAs whose ControllerUnpublish succeeded and whose writes are not done."""
         """VAs the reconciler found out of sync: attach or detach them even if done (forceSync)."""
         self._seen: dict[str, Body] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -219,17 +223,27 @@ class Attacher:
                 return DONE
 
     async def _detach(self, va: Body) -> None:
-        """`csiDetach`: ControllerUnpublish, then the finalizer goes first, the status after."""
-        spec, _ = decisions.volume_spec(va, self.caches.volumes.get)
-        requests.csi_source(spec)
-        secrets = await self._secrets(spec)
-        node_id = self._node_id(va, fallback=True)
-        request = requests.unpublish_request(spec, node_id=node_id, secrets=secrets)
-        await self.csi.controller_unpublish_volume(request, timeout=self.options.timeout)
+        """`csiDetach`: ControllerUnpublish, then the finalizer goes first, the status after.
+
+        A VA whose ControllerUnpublish succeeded is not unpublished again by a retry that only
+        has the writes left to do (`unpublished`, by uid).
+        """
+        uid = va["metadata"].get("uid", "")
+        if uid not in self.unpublished:
+            spec, _ = decisions.volume_spec(va, self.caches.volumes.get)
+            requests.csi_source(spec)
+            secrets = await self._secrets(spec)
+            node_id = self._node_id(va, fallback=True)
+            request = requests.unpublish_request(spec, node_id=node_id, secrets=secrets)
+            await self.csi.controller_unpublish_volume(request, timeout=self.options.timeout)
+            self.unpublished[uid] = None
+            while len(self.unpublished) > UNPUBLISHED_REMEMBERED:
+                self.unpublished.popitem(last=False)
         try:
             await self._mark_detached(va)
         except kube.KubeError as exc:
             raise AttachError(f"could not mark as detached: {exc.message}") from exc
+        self.unpublished.pop(uid, None)
 
     async def _mark_detached(self, va: Body) -> None:
         """`markAsDetached`: the finalizer first, so that a VA without it counts as detached.
@@ -244,13 +258,20 @@ class Attacher:
             return
         if patch is not None:
             try:
-                va = await self.api.patch(kube.VOLUME_ATTACHMENTS, name, patch, patch_type="json")
+                patched = await self._patch_guarded(
+                    kube.VOLUME_ATTACHMENTS,
+                    self.caches.attachments,
+                    va,
+                    lambda body: decisions.remove_finalizer_patch(body, self.finalizer),
+                )
             except kube.NotFoundError:
                 # Gone: e.g. our earlier finalizer removal went through but its answer was
                 # lost, or it went while no watch saw it (a restart). A cached copy would keep
                 # its PV "still attached" for the provisioner forever (chaos suite).
                 self.caches.attachments.remove(va)
                 return
+            # None: a fresh read (now in the cache) no longer has our finalizer.
+            va = patched if patched is not None else self.caches.attachments.get(name) or va
             if decisions.is_deleted(va):
                 self.caches.attachments.remove(va)
                 return
@@ -296,30 +317,43 @@ class Attacher:
     ) -> Body | None:
         """The guarded JSON patch `plan` makes of the PV (None: nothing to do), and the answer.
 
-        On a stale read (409/422: the finalizers changed since our read, by the provisioner
-        (#1217) or by a VA of the same PV on another node), it is planned and sent once more
-        against a fresh copy, at once, instead of failing the attempt for a lost race.
-        NotFoundError when the PV is gone.
+        NotFoundError when the PV is gone (see `_patch_guarded`).
         """
-        name = pv["metadata"]["name"]
-        patch = plan(pv)
-        if patch is None:
-            return None
-        try:
-            return await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
-        except kube.KubeError as exc:
-            if exc.status not in (409, 422):
-                raise
-            log.info("volume_stale_read", obj=pv, error=str(exc))
-        fresh = await self.api.get(kube.VOLUMES, name)
-        if fresh is None:
-            self.caches.volumes.remove(pv)
-            raise kube.NotFoundError(f'persistentvolumes "{name}" not found', status=404)
-        self.caches.volumes.store(fresh)
-        patch = plan(fresh)
-        if patch is None:
-            return None
-        return await self.api.patch(kube.VOLUMES, name, patch, patch_type="json")
+        return await self._patch_guarded(kube.VOLUMES, self.caches.volumes, pv, plan)
+
+    async def _patch_guarded(
+        self,
+        resource: kube.Resource,
+        cache: Any,
+        obj: Body,
+        plan: Callable[[Body], decisions.JsonPatch | None],
+    ) -> Body | None:
+        """Send the guarded JSON patch `plan` makes of `obj`; re-plan on a lost race.
+
+        On a stale read (409/422: the finalizers changed since our read, by the provisioner
+        (#1217), by a VA of the same PV on another node, by the pv-protection controller), it
+        is planned and sent again against a fresh copy, at once and quietly, instead of
+        failing the attempt for a lost race. None when the plan needs nothing; NotFoundError
+        when the object is gone; the last StaleWriteError if every attempt lost.
+        """
+        name = obj["metadata"]["name"]
+        for attempt in range(1, kube.STALE_WRITE_ATTEMPTS + 1):
+            patch = plan(obj)
+            if patch is None:
+                return None
+            try:
+                return await self.api.patch(resource, name, patch, patch_type="json")
+            except kube.StaleWriteError as exc:
+                if attempt == kube.STALE_WRITE_ATTEMPTS:
+                    raise
+                log.debug("stale_read", obj=obj, error=str(exc))
+            fresh = await self.api.get(resource, name)
+            if fresh is None:
+                cache.remove(obj)
+                raise kube.NotFoundError(f'{resource.plural} "{name}" not found', status=404)
+            cache.store(fresh)
+            obj = fresh
+        return None  # not reached: the last attempt returns or raises
 
     # -- reconciliation ------------------------------------------------------------------------
 

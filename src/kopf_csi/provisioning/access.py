@@ -18,7 +18,6 @@ from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.states import ProvisioningState
 
 __all__ = [
-    "STALE_WRITE_ATTEMPTS",
     "escape",
     "meta",
     "read_secret_data",
@@ -26,10 +25,6 @@ __all__ = [
     "uid",
     "update_finalizers",
 ]
-
-STALE_WRITE_ATTEMPTS = 5
-"""Guarded writes tried per call before a lost race goes back to the work queue (client-go's
-`retry.RetryOnConflict` tries 5 times too)."""
 
 log = structlog.get_logger("kopf_csi.provisioning")
 Body = Mapping[str, Any]
@@ -124,7 +119,7 @@ async def update_finalizers(
         except kube.NotFoundError:
             return None
         except kube.StaleWriteError as exc:
-            if attempt >= STALE_WRITE_ATTEMPTS:
+            if attempt >= kube.STALE_WRITE_ATTEMPTS:
                 raise
             attempt += 1
             log.debug("finalizer_write_raced", obj=meta(current).get("name"), error=str(exc))

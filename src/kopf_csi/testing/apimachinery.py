@@ -22,6 +22,7 @@ __all__ = [
     "Selector",
     "StatusError",
     "conflict",
+    "failed_test",
     "json_patch",
     "managed_fields",
     "manager_name",
@@ -29,7 +30,6 @@ __all__ = [
     "parse_field_selector",
     "parse_label_selector",
     "strategic_merge_patch",
-    "failed_test",
 ]
 
 Selector = Callable[[Mapping[str, Any]], bool]
@@ -101,17 +101,17 @@ def conflict(resource: str, name: str) -> StatusError:
 
 
 def failed_test(path: str) -> StatusError:
-    """422 for a JSON patch whose ``test`` failed, as kube-apiserver answers it.
+    """422 for a JSON patch whose ``test`` failed, as kube-apiserver answers it."""
+    return rejected(f"testing value {path} failed: test failed")
 
-    The patch handler wraps the json-patch library's error in a generic 422: reason
+
+def rejected(cause: str) -> StatusError:
+    """422 for a JSON patch that cannot be applied, as kube-apiserver answers it.
+
+    The patch handler wraps every error of the json-patch library in a generic 422: reason
     ``Invalid``, a fixed message, and the library's text as the only cause.
     """
-    return StatusError(
-        422,
-        REJECTED,
-        reason="Invalid",
-        details={"causes": [{"message": f"testing value {path} failed: test failed"}]},
-    )
+    return StatusError(422, REJECTED, reason="Invalid", details={"causes": [{"message": cause}]})
 
 
 # --- Patches -------------------------------------------------------------------------------
@@ -179,14 +179,23 @@ def json_patch(target: Any, operations: Any) -> Any:
     for operation in operations:
         if not isinstance(operation, Mapping) or not isinstance(operation.get("path"), str):
             raise StatusError(400, f"malformed JSON patch operation: {operation!r}")
-        document = _apply_operation(document, operation)
+        try:
+            document = _apply_operation(document, operation)
+        except StatusError as error:
+            if error.code != 422 or error.message == REJECTED:
+                raise
+            raise rejected(error.message) from None
     return document
 
 
 def _apply_operation(document: Any, operation: Mapping[str, Any]) -> Any:
     op, path = operation.get("op"), operation["path"]
     if op == "test":
-        if _get(document, path) != operation.get("value"):
+        try:
+            value = _get(document, path)
+        except StatusError as error:
+            raise rejected(f"error in test for path: '{path}': {error.message}") from None
+        if value != operation.get("value"):
             raise failed_test(path)
         return document
     if op == "add":
@@ -430,7 +439,9 @@ def _content(obj: Mapping[str, Any], subresource: str | None) -> dict[str, Any]:
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _UNMANAGED_METADATA}
     meta.pop("name", None)
     meta.pop("namespace", None)
-    content = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+    content = {
+        k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")
+    }
     if meta:
         content["metadata"] = meta
     return content

@@ -690,15 +690,18 @@ class EmulatedCluster:
                 random.choices("bcdfghjklmnpqrstvwxz2456789", k=5)
             )
         for field in (
-            "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
         ):
             meta.pop(field, None)
         meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         protection = PROTECTION_FINALIZERS.get((kind.group, kind.plural))
         if self.storage_protection and protection is not None:
-            finalizers = list(meta.get("finalizers") or [])
+            finalizers: list[str] = list(meta.get("finalizers") or [])
             meta["finalizers"] = finalizers + [protection] * (protection not in finalizers)
-        obj = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": _tidy(meta)}
+        obj: Body = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": _tidy(meta)}
         obj.update((k, v) for k, v in body.items() if k not in ("apiVersion", "kind", "metadata"))
         if kind.status:
             obj.pop("status", None)  # the status is written through /status only
@@ -734,7 +737,8 @@ class EmulatedCluster:
         if new == old:
             return old  # a no-op write bumps nothing and notifies no one, as in the real server
         new["metadata"] = {
-            **new["metadata"], "managedFields": self._managed(old, new, manager, subresource)
+            **new["metadata"],
+            "managedFields": self._managed(old, new, manager, subresource),
         }
         deleted = new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers")
         return self._commit(

@@ -31,9 +31,9 @@ What it mirrors, from kubernetes/kubernetes (read, not copied; see sidecars.md Â
 Every write carries the field manager ``kube-controller-manager``.
 
 Left out: static binding of claim-less PVs to claims by class/size/modes, in-tree
-provisioning/deletion/recycling, CSI migration, multi-attach checks, waiting for kubelet to unmount before detaching, node
-annotations (``controller-managed-attach-detach``), and event aggregation (each distinct event
-is posted once, where KCM re-posts it on every resync).
+provisioning/deletion/recycling, CSI migration, multi-attach checks, waiting for kubelet to
+unmount before detaching, node annotations (``controller-managed-attach-detach``), and event
+aggregation (each distinct event is posted once, where KCM re-posts it on every resync).
 
 How it runs: in-process on the emulator's change feed, as one asyncio task. Every batch of
 changes updates local caches (the informers) and triggers one full, synchronous,
@@ -475,7 +475,10 @@ class ControllerManager(StandIn):
         finalizers = list(meta.get("finalizers") or [])
         if finalizer not in finalizers:
             return
-        body = {**obj, "metadata": {**meta, "finalizers": [f for f in finalizers if f != finalizer]}}
+        body = {
+            **obj,
+            "metadata": {**meta, "finalizers": [f for f in finalizers if f != finalizer]},
+        }
         updated = self.cluster.replace(
             plural, meta.get("namespace"), meta["name"], body, manager=self.manager
         )
