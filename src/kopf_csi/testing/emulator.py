@@ -40,6 +40,7 @@ import kmock
 
 from kopf_csi.testing import apimachinery
 from kopf_csi.testing.apimachinery import StatusError
+from kopf_csi.testing.authorization import Authorizer
 from kopf_csi.testing.requestlog import RequestLog
 
 __all__ = [
@@ -103,6 +104,15 @@ KINDS: tuple[Kind, ...] = (
         status=True,
     ),
     Kind("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", "VolumeSnapshotClass", False),
+    # Served by every API server; kopf watches it unless told not to (docs/operations.md).
+    Kind(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        status=True,
+    ),
 )
 """What the operator and the controller stand-ins touch. Core ``events`` wins the bare name."""
 
@@ -380,8 +390,10 @@ class EmulatedCluster:
         history: int = 1000,  # watch events kept per kind; older resourceVersions get 410
         bookmark_interval: float = 30.0,  # kopf reconnects a watch silent for 70 s
         namespaces: tuple[str, ...] = ("default", "kube-system"),
+        authorizer: Authorizer | None = None,  # None: no authentication, everything allowed
     ) -> None:
         self.host, self.port = host, port
+        self.authorizer = authorizer
         self.bookmark_interval = bookmark_interval
         self.faults = Faults()
         self.requests = RequestLog()  # every HTTP request, as RBAC sees it (counts only)
@@ -448,13 +460,16 @@ class EmulatedCluster:
     def resource_version(self) -> int:
         return self._rv
 
-    def write_kubeconfig(self, path: Path | str) -> Path:
-        """A kubeconfig (JSON is YAML) with one context pointing at this cluster, no auth."""
+    def write_kubeconfig(self, path: Path | str, *, token: str | None = None) -> Path:
+        """A kubeconfig (JSON is YAML) with one context pointing at this cluster.
+
+        With `token` (from ``authorizer.login(user)``), requests are made as that user.
+        """
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "emulated", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulated", "user": {}}],
+            "users": [{"name": "emulated", "user": {"token": token} if token else {}}],
             "contexts": [
                 {"name": "emulated", "context": {"cluster": "emulated", "user": "emulated"}}
             ],
@@ -823,6 +838,12 @@ class EmulatedCluster:
 
     async def _on_request(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         self.requests.record(request.method, request.path, request.query)
+        if self.authorizer is not None:
+            refusal = self.authorizer.check(
+                request.method, request.path, request.query, request.headers.get("Authorization")
+            )
+            if refusal is not None:
+                return aiohttp.web.json_response(refusal, status=refusal["code"], dumps=_dumps)
         target = _parse_path(request.path)
         if target is None:
             if len(request.path) > 1 and request.path.endswith("/"):  # kmock wants "/api/v1"
