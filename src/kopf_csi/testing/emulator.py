@@ -398,28 +398,18 @@ class EmulatedCluster:
         self.faults = Faults()
         self.requests = RequestLog()  # every HTTP request, as RBAC sees it (counts only)
         self._initial_namespaces = namespaces
-        self._kinds = {(kind.group, kind.version, kind.plural): kind for kind in kinds}
+        self._kinds: dict[tuple[str, str, str], Kind] = {}
         self._names: dict[str, Kind] = {}
-        for kind in kinds:
-            for alias in (kind.plural, kind.kind, f"{kind.api_version}/{kind.plural}"):
-                self._names.setdefault(alias, kind)
-        self._store: dict[Kind, dict[tuple[str, str], Body]] = {kind: {} for kind in kinds}
-        self._history = {kind: collections.deque[Change](maxlen=max(1, history)) for kind in kinds}
-        self._evicted = dict.fromkeys(kinds, 0)  # the newest resourceVersion dropped from history
-        self._listeners: dict[Kind, set[_Listener]] = {kind: set() for kind in kinds}
+        self._store: dict[Kind, dict[tuple[str, str], Body]] = {}
+        self._history: dict[Kind, collections.deque[Change]] = {}
+        self._history_limit = max(1, history)
+        self._evicted: dict[Kind, int] = {}  # the newest resourceVersion dropped from history
+        self._listeners: dict[Kind, set[_Listener]] = {}
         self._rv = 0
         self._snapshots: dict[str, tuple[int, list[Body]]] = {}  # paginated LISTs in progress
         self._discovery = _Discovery()
         for kind in kinds:
-            self._discovery.resources[kmock.resource(kind.group, kind.version, kind.plural)] = (
-                kmock.ResourceInfo(
-                    kind=kind.kind,
-                    singular=kind.kind.lower(),
-                    namespaced=kind.namespaced,
-                    verbs=_VERBS,
-                    subresources={"status"} if kind.status else set(),
-                )
-            )
+            self.serve(kind)
         self._runner: aiohttp.web.ServerRunner | None = None
 
     # --- Lifecycle -----------------------------------------------------------------------
@@ -480,6 +470,25 @@ class EmulatedCluster:
         return path
 
     # --- Python-level API (same write path as HTTP; returns copies) -------------------------
+
+    def serve(self, kind: Kind) -> None:
+        """Serve one more resource from now on (in discovery too), as a CRD once established."""
+        self._kinds[kind.group, kind.version, kind.plural] = kind
+        for alias in (kind.plural, kind.kind, f"{kind.api_version}/{kind.plural}"):
+            self._names.setdefault(alias, kind)
+        self._store.setdefault(kind, {})
+        self._history.setdefault(kind, collections.deque(maxlen=self._history_limit))
+        self._evicted.setdefault(kind, 0)
+        self._listeners.setdefault(kind, set())
+        self._discovery.resources[kmock.resource(kind.group, kind.version, kind.plural)] = (
+            kmock.ResourceInfo(
+                kind=kind.kind,
+                singular=kind.kind.lower(),
+                namespaced=kind.namespaced,
+                verbs=_VERBS,
+                subresources={"status"} if kind.status else set(),
+            )
+        )
 
     def kind(self, resource: str) -> Kind:
         """Resolve a plural, a Kind name or ``group/version/plural`` (``v1/plural`` for core)."""
