@@ -54,7 +54,13 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
             snapshotter.classes.store(snapshot_class)
         contents = await memo.api.list(kube.SNAPSHOT_CONTENTS)
     except kube.NotFoundError:
-        log.warning("snapshotter_off", reason="the snapshot.storage.k8s.io/v1 API is not served")
+        # Decided once: kopf watches only the resources served at its start (runtime.py), so
+        # CRDs installed later need a restart (docs/operations.md, "RBAC").
+        log.warning(
+            "snapshotter_off",
+            reason="the snapshot.storage.k8s.io/v1 API is not served",
+            hint="install the snapshot CRDs, then restart the operator",
+        )
         return
     queue: WorkQueue[str] = WorkQueue(
         name="csi-snapshotter-content",

@@ -10,8 +10,23 @@ and `kopf_csi.testing.spies` adds the driver spies `calls` and `secrets_seen`.
 
 from __future__ import annotations
 
+import asyncio
+import signal
+
 from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, TOPOLOGY_KEY, seed_node, until
 
-__all__ = ["DRIVER_NAME", "NODE", "TOPOLOGY_KEY", "seed_node", "until"]
+__all__ = ["DRIVER_NAME", "NODE", "TOPOLOGY_KEY", "seed_node", "stopped_cleanly", "until"]
 
 pytest_plugins = ("kopf_csi.testing.spies",)  # the driver spies `calls` and `secrets_seen`
+
+
+async def stopped_cleanly(process: asyncio.subprocess.Process) -> str:
+    """SIGTERM to a `kopf-csi run` still running; its stderr, once it exited 0 without a
+    traceback."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    log = stderr.decode()
+    assert process.returncode == 0, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    return log

@@ -1,7 +1,8 @@
 """Example handler module: refuse claims above a per-namespace size limit.
 
 Load it beside the default modules: `kopf-csi run -m handlers.examples.namespace_quota`.
-It needs to watch Namespaces (RBAC: `get`, `list`, `watch` on `namespaces`).
+It needs to watch Namespaces (RBAC: `list` and `watch` on `namespaces`, shipped in
+`manifests/modules/namespace-quota`).
 
 A Namespace annotated `quota.kopf-csi.kopf.dev/max-volume-size: 10Gi` gets no volume larger
 than 10Gi from this driver. A larger claim is not provisioned: it gets a `ProvisioningFailed`

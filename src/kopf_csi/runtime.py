@@ -74,6 +74,13 @@ def configure_kopf(settings: kopf.OperatorSettings, *, registry: Any = None) -> 
     # with 10,000 of each, that alone held 130 MiB at the peak (docs/benchmarks.md).
     settings.queueing.idle_timeout = WORKER_IDLE_TIMEOUT
     settings.posting.level = 20  # INFO: Normal events too, not only warnings
+    # No runtime observation of CRDs (and of namespaces, which kopf skips anyway when serving
+    # the whole cluster): it needs `list`/`watch` on every CustomResourceDefinition, and all it
+    # would add is starting a watch for a snapshot CRD installed after us, which the
+    # snapshotter would not use (it decides at start-up). Resources are found once, at
+    # start-up; install the snapshot CRDs first, or restart the operator after them
+    # (docs/operations.md, "RBAC").
+    settings.scanning.disabled = True
 
 
 def settings_from_memo(memo: Any) -> Settings:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from .rendering import rbac
 from .scenarios import Observation, observe
 
 
@@ -13,4 +14,4 @@ from .scenarios import Observation, observe
 def observation(tmp_path_factory: pytest.TempPathFactory) -> Observation:
     # A sync fixture with its own event loop: the operator runs in a thread of its own anyway,
     # and the package scope lets the RBAC and CRD tests share one run.
-    return asyncio.run(observe(tmp_path_factory.mktemp("observed")))
+    return asyncio.run(observe(tmp_path_factory.mktemp("observed"), rbac()))

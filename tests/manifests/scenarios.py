@@ -1,9 +1,12 @@
 """Run the operator through its features and return every API request it made, RBAC-classified.
 
 The operator runs exactly as in the end-to-end tests: kopf with every module in
-``DEFAULT_MODULES`` (whatever the list holds when the test runs), the emulated API over real
-HTTP, the KCM stand-in, and the reference driver over a unix socket. Claims live in their own
-namespace (``apps``), away from the operator's (``kopf-csi``), so that cluster-wide and
+``DEFAULT_MODULES`` (whatever the list holds when the test runs) and both example modules, the
+emulated API over real HTTP, the KCM stand-in, and the reference driver over a unix socket. It
+runs as the manifests' ServiceAccount, with its token, and the emulator authorizes every
+request against the given RBAC objects as the API server does (403 for what they do not
+allow). Claims live in their own namespace (``apps``, with a quota annotation for
+``namespace_quota``), away from the operator's (``kopf-csi``), so that cluster-wide and
 own-namespace permissions are told apart.
 
 Phases, each waited for: an Immediate claim with secrets and a VolumeAttributesClass, failing
@@ -21,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import pathlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from kopf_csi.csi import CSIClient
@@ -42,19 +46,24 @@ from kopf_csi.settings import (
     Settings,
     SnapshotterOptions,
 )
+from kopf_csi.testing.authorization import Authorizer, service_account
 from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, Subscription
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import DEFAULT_MODULES, running_operator
 from kopf_csi.testing.requestlog import RequestLog
 from kopf_csi.testing.snapshots import SnapshotController
 
-__all__ = ["APPS", "DRIVER", "OPERATOR_NAMESPACE", "Observation", "observe"]
+__all__ = ["ACCOUNT", "APPS", "DRIVER", "EXAMPLE_MODULES", "OPERATOR_NAMESPACE", "Observation",
+           "observe"]  # fmt: skip
 
 DRIVER = "hostpath.csi.kopf.dev"
 NODE = "node-1"
 TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
 OPERATOR_NAMESPACE = "kopf-csi"
+ACCOUNT = "kopf-csi"  # the Deployment's ServiceAccount: the operator runs with its token
 APPS = "apps"
+EXAMPLE_MODULES = ("handlers.examples.claim_labels", "handlers.examples.namespace_quota")
+QUOTA = "quota.kopf-csi.kopf.dev/max-volume-size"  # namespace_quota's annotation
 SNAPSHOTS = "snapshot.storage.k8s.io"
 RECORDED = ("volumesnapshots", "volumesnapshotcontents", "volumesnapshotclasses")
 DEADLINE = 60.0  # per phase; a phase takes well under a second on an idle machine
@@ -89,6 +98,7 @@ def _settings(kubeconfig: pathlib.Path, socket: pathlib.Path) -> Settings:
 
 
 def _seed(cluster: EmulatedCluster) -> None:
+    cluster.patch("namespaces", None, APPS, {"metadata": {"annotations": {QUOTA: "1Gi"}}})
     cluster.create("nodes", {"metadata": {"name": NODE, "labels": {TOPOLOGY_KEY: NODE}}})
     cluster.create(
         "csinodes",
@@ -296,15 +306,21 @@ async def _exercise(
 
 @dataclasses.dataclass
 class Observation:
-    """The operator's requests (start-up and shutdown included), and every version of the
-    snapshot objects written during the run (to check them against the CRDs' schemas)."""
+    """The operator's requests (start-up and shutdown included), the authorizer that judged
+    them, and every version of the snapshot objects written during the run (to check them
+    against the CRDs' schemas)."""
 
     requests: RequestLog
+    authorizer: Authorizer
     objects: dict[str, list[Body]]
 
 
-async def observe(tmp_path: pathlib.Path, modules: Sequence[str] = DEFAULT_MODULES) -> Observation:
-    """Run the scenario with these handler modules."""
+async def observe(
+    tmp_path: pathlib.Path,
+    rbac: Sequence[Body],
+    modules: Sequence[str] = (*DEFAULT_MODULES, *EXAMPLE_MODULES),
+) -> Observation:
+    """Run the scenario with these handler modules, as the ServiceAccount under `rbac`."""
     socket = tmp_path / "csi.sock"
     config = DriverConfig(
         node_id=NODE,
@@ -313,25 +329,45 @@ async def observe(tmp_path: pathlib.Path, modules: Sequence[str] = DEFAULT_MODUL
         features=Features(attach=True),
         durable=False,
     )
+    authorizer = Authorizer(rbac)
+    namespaces = ("default", "kube-system", OPERATOR_NAMESPACE, APPS)
     async with (
-        EmulatedCluster(namespaces=("default", "kube-system", OPERATOR_NAMESPACE, APPS)) as cluster,
+        EmulatedCluster(namespaces=namespaces, authorizer=authorizer) as cluster,
         ControllerManager(cluster),
         SnapshotController(cluster),
         running_driver(config, socket_path=socket, grace=0.1) as driver,
         CSIClient(f"unix://{socket}", timeout=5) as client,
     ):
         _seed(cluster)
-        settings = _settings(cluster.write_kubeconfig(tmp_path / "kubeconfig"), socket)
+        token = authorizer.login(service_account(OPERATOR_NAMESPACE, ACCOUNT))
+        settings = _settings(cluster.write_kubeconfig(tmp_path / "kubeconfig", token=token), socket)
         objects: dict[str, list[Body]] = {plural: [] for plural in RECORDED}
         with cluster.subscribe(*RECORDED) as feed:
             async with running_operator(settings=settings, modules=modules):
-                await _exercise(cluster, client, modules, driver)
+                await _refusing_fast(authorizer, _exercise(cluster, client, modules, driver))
             for change in await _drain(feed):
                 objects[change.kind.plural].append(change.object)
         log = RequestLog()
         log.accesses.update(cluster.requests.accesses)
         log.non_resource.update(cluster.requests.non_resource)
-        return Observation(log, objects)
+        return Observation(log, authorizer, objects)
+
+
+async def _refusing_fast(authorizer: Authorizer, scenario: Coroutine[Any, Any, None]) -> None:
+    """Run the scenario, but fail at the first 403: a refused request would otherwise only
+    show up as a phase stuck until its deadline."""
+
+    refused = until("a refused request", lambda: authorizer.denials, timeout=math.inf)
+    work, watcher = asyncio.ensure_future(scenario), asyncio.ensure_future(refused)
+    try:
+        await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, watcher):
+            task.cancel()
+        await asyncio.gather(work, watcher, return_exceptions=True)
+    if authorizer.denials:
+        raise AssertionError("the API refused requests (403):\n" + "\n".join(authorizer.denials))
+    work.result()
 
 
 async def _drain(feed: Subscription) -> list[Change]:

@@ -40,6 +40,7 @@ import kmock
 
 from kopf_csi.testing import apimachinery
 from kopf_csi.testing.apimachinery import StatusError
+from kopf_csi.testing.authorization import Authorizer
 from kopf_csi.testing.requestlog import RequestLog
 
 __all__ = [
@@ -108,6 +109,15 @@ KINDS: tuple[Kind, ...] = (
         status=True,
     ),
     Kind("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", "VolumeSnapshotClass", False),
+    # Served by every API server; kopf watches it unless told not to (docs/operations.md).
+    Kind(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        status=True,
+    ),
 )
 """What the operator and the controller stand-ins touch. Core ``events`` wins the bare name."""
 
@@ -394,35 +404,27 @@ class EmulatedCluster:
         bookmark_interval: float = 30.0,  # kopf reconnects a watch silent for 70 s
         namespaces: tuple[str, ...] = ("default", "kube-system"),
         storage_protection: bool = True,  # the StorageObjectInUseProtection admission plugin
+        authorizer: Authorizer | None = None,  # None: no authentication, everything allowed
     ) -> None:
         self.host, self.port = host, port
         self.storage_protection = storage_protection
+        self.authorizer = authorizer
         self.bookmark_interval = bookmark_interval
         self.faults = Faults()
         self.requests = RequestLog()  # every HTTP request, as RBAC sees it (counts only)
         self._initial_namespaces = namespaces
-        self._kinds = {(kind.group, kind.version, kind.plural): kind for kind in kinds}
+        self._kinds: dict[tuple[str, str, str], Kind] = {}
         self._names: dict[str, Kind] = {}
-        for kind in kinds:
-            for alias in (kind.plural, kind.kind, f"{kind.api_version}/{kind.plural}"):
-                self._names.setdefault(alias, kind)
-        self._store: dict[Kind, dict[tuple[str, str], Body]] = {kind: {} for kind in kinds}
-        self._history = {kind: collections.deque[Change](maxlen=max(1, history)) for kind in kinds}
-        self._evicted = dict.fromkeys(kinds, 0)  # the newest resourceVersion dropped from history
-        self._listeners: dict[Kind, set[_Listener]] = {kind: set() for kind in kinds}
+        self._store: dict[Kind, dict[tuple[str, str], Body]] = {}
+        self._history: dict[Kind, collections.deque[Change]] = {}
+        self._history_limit = max(1, history)
+        self._evicted: dict[Kind, int] = {}  # the newest resourceVersion dropped from history
+        self._listeners: dict[Kind, set[_Listener]] = {}
         self._rv = 0
         self._snapshots: dict[str, tuple[int, list[Body]]] = {}  # paginated LISTs in progress
         self._discovery = _Discovery()
         for kind in kinds:
-            self._discovery.resources[kmock.resource(kind.group, kind.version, kind.plural)] = (
-                kmock.ResourceInfo(
-                    kind=kind.kind,
-                    singular=kind.kind.lower(),
-                    namespaced=kind.namespaced,
-                    verbs=_VERBS,
-                    subresources={"status"} if kind.status else set(),
-                )
-            )
+            self.serve(kind)
         self._runner: aiohttp.web.ServerRunner | None = None
 
     # --- Lifecycle -----------------------------------------------------------------------
@@ -463,13 +465,16 @@ class EmulatedCluster:
     def resource_version(self) -> int:
         return self._rv
 
-    def write_kubeconfig(self, path: Path | str) -> Path:
-        """A kubeconfig (JSON is YAML) with one context pointing at this cluster, no auth."""
+    def write_kubeconfig(self, path: Path | str, *, token: str | None = None) -> Path:
+        """A kubeconfig (JSON is YAML) with one context pointing at this cluster.
+
+        With `token` (from ``authorizer.login(user)``), requests are made as that user.
+        """
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "emulated", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulated", "user": {}}],
+            "users": [{"name": "emulated", "user": {"token": token} if token else {}}],
             "contexts": [
                 {"name": "emulated", "context": {"cluster": "emulated", "user": "emulated"}}
             ],
@@ -480,6 +485,25 @@ class EmulatedCluster:
         return path
 
     # --- Python-level API (same write path as HTTP; returns copies) -------------------------
+
+    def serve(self, kind: Kind) -> None:
+        """Serve one more resource from now on (in discovery too), as a CRD once established."""
+        self._kinds[kind.group, kind.version, kind.plural] = kind
+        for alias in (kind.plural, kind.kind, f"{kind.api_version}/{kind.plural}"):
+            self._names.setdefault(alias, kind)
+        self._store.setdefault(kind, {})
+        self._history.setdefault(kind, collections.deque(maxlen=self._history_limit))
+        self._evicted.setdefault(kind, 0)
+        self._listeners.setdefault(kind, set())
+        self._discovery.resources[kmock.resource(kind.group, kind.version, kind.plural)] = (
+            kmock.ResourceInfo(
+                kind=kind.kind,
+                singular=kind.kind.lower(),
+                namespaced=kind.namespaced,
+                verbs=_VERBS,
+                subresources={"status"} if kind.status else set(),
+            )
+        )
 
     def kind(self, resource: str) -> Kind:
         """Resolve a plural, a Kind name or ``group/version/plural`` (``v1/plural`` for core)."""
@@ -860,6 +884,12 @@ class EmulatedCluster:
 
     async def _on_request(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         self.requests.record(request.method, request.path, request.query)
+        if self.authorizer is not None:
+            refusal = self.authorizer.check(
+                request.method, request.path, request.query, request.headers.get("Authorization")
+            )
+            if refusal is not None:
+                return aiohttp.web.json_response(refusal, status=refusal["code"], dumps=_dumps)
         target = _parse_path(request.path)
         if target is None:
             if len(request.path) > 1 and request.path.endswith("/"):  # kmock wants "/api/v1"

@@ -6,8 +6,8 @@ subresource, the namespace it was scoped to), anything else (``/api``, ``/apis/.
 ``/version``, ``/healthz``) a non-resource URL. The log keeps counts, not requests: its size is
 bounded by the distinct accesses, so it can stay on during benchmarks.
 
-What does not belong here: deciding whether RBAC allows an access (the manifests tests do that
-against the rendered roles), and serving anything.
+What does not belong here: deciding whether RBAC allows an access (``authorization``), and
+serving anything.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import collections
 import dataclasses
 from collections.abc import Iterator, Mapping
 
-__all__ = ["Access", "RequestLog", "classify"]
+__all__ = ["Access", "RequestLog", "classify", "classify_named"]
 
 # Path segments after /namespaces/<name> that are subresources of the namespace itself.
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
@@ -57,6 +57,14 @@ def classify(method: str, path: str, query: Mapping[str, str] | None = None) -> 
     ``GET /api/v1/namespaces/ns/persistentvolumeclaims?watch=true`` →
     ``Access("watch", "", "persistentvolumeclaims", None, "ns")``.
     """
+    named = classify_named(method, path, query)
+    return None if named is None else named[0]
+
+
+def classify_named(
+    method: str, path: str, query: Mapping[str, str] | None = None
+) -> tuple[Access, str | None] | None:
+    """As `classify`, with the object's name from the path (None for a collection)."""
     query = query or {}
     parts = [part for part in path.split("/") if part]
     if len(parts) >= 2 and parts[0] == "api":
@@ -90,7 +98,7 @@ def classify(method: str, path: str, query: Mapping[str, str] | None = None) -> 
         verb = _WRITE_VERBS[method]
     else:
         verb = method.lower()
-    return Access(verb, group, resource, subresource, namespace)
+    return Access(verb, group, resource, subresource, namespace), name
 
 
 class RequestLog:
