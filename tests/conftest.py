@@ -12,10 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Mapping
+from typing import Any
 
 from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, TOPOLOGY_KEY, seed_node, until
 
-__all__ = ["DRIVER_NAME", "NODE", "TOPOLOGY_KEY", "seed_node", "stopped_cleanly", "until"]
+__all__ = [
+    "DRIVER_NAME",
+    "NODE",
+    "TOPOLOGY_KEY",
+    "field_managers",
+    "seed_node",
+    "stopped_cleanly",
+    "until",
+]
+
+
+def field_managers(obj: Mapping[str, Any]) -> set[tuple[str, str | None]]:
+    """(manager, subresource) of every `managedFields` entry: who wrote the object, and where."""
+    entries = obj["metadata"].get("managedFields") or []
+    return {(entry["manager"], entry.get("subresource")) for entry in entries}
+
 
 pytest_plugins = ("kopf_csi.testing.spies",)  # the driver spies `calls` and `secrets_seen`
 

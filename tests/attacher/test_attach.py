@@ -26,7 +26,7 @@ from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
 from kopf_csi.testing.kcm import ControllerManager, attachment_name
 from kopf_csi.testing.operator import OperatorThread
 
-from ..conftest import DRIVER_NAME, NODE
+from ..conftest import DRIVER_NAME, NODE, field_managers
 from .helpers import (
     FINALIZER,
     NODE_ID_ANNOTATION,
@@ -56,6 +56,9 @@ async def test_a_new_attachment_is_published(
     assert attached["status"] == {"attached": True, "attachmentMetadata": {"devicePath": device}}
     pv = cluster.get("persistentvolumes", None, "pv-1") or {}
     assert pv["metadata"]["finalizers"] == [PV_PROTECTION, FINALIZER]
+    # Written as csi-attacher, as the Go sidecar: the VA's metadata and status, the PV's finalizer.
+    assert {("csi-attacher", None), ("csi-attacher", "status")} <= field_managers(attached)
+    assert ("csi-attacher", None) in field_managers(pv)
     published = driver.state.volumes[handle].attachments["node-1-id"]
     assert not published.readonly
     assert published.capability.access_mode == "SINGLE_NODE_MULTI_WRITER"  # the driver has SNMW

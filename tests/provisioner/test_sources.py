@@ -8,7 +8,10 @@ We test these aspects:
 - a restore sends the snapshot handle of the bound, ready VolumeSnapshotContent; the snapshot is
   protected by its finalizer while the volume is made, and released after;
 - a snapshot that is not ready: the Go message, then restored once it is;
-- a data source of another kind is left to a populator, with the reference's Normal event.
+- a data source of another kind is left to a populator, with the reference's Normal event;
+- the source is protected before anything else can fail: a restore or a clone waiting for its
+  missing provisioner secret keeps its source protected while it retries, as the Go
+  provisioner does on a real server; a deleted restore releases its snapshot.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from kopf_csi.testing.spies import Calls
 from ..conftest import DRIVER_NAME
 from .conftest import (
     NAMESPACE,
+    RETRY_MAX,
     assert_stays,
     drain,
     events_for,
@@ -251,3 +255,80 @@ async def test_other_data_source_kinds_are_left_to_a_populator(
         duration=0.2,
         what="nothing provisioned, nothing failed",
     )
+
+
+# --- Protection comes before anything that can fail ----------------------------------------
+
+SECRET_PARAMETERS = {
+    "csi.storage.k8s.io/provisioner-secret-name": "creds",
+    "csi.storage.k8s.io/provisioner-secret-namespace": NAMESPACE,
+}
+MISSING_SECRET = f'error getting secret creds in namespace {NAMESPACE}: secrets "creds" not found'
+
+
+def finalizers_of(cluster: EmulatedCluster, resource: str, name: str) -> list[str]:
+    obj = cluster.get(resource, NAMESPACE, name)
+    return list((obj or {}).get("metadata", {}).get("finalizers") or ())
+
+
+def make_creds(cluster: EmulatedCluster) -> None:
+    cluster.create("secrets", {"metadata": {"name": "creds", "namespace": NAMESPACE}, "data": {}})
+
+
+async def test_a_restore_waiting_for_its_secret_keeps_the_snapshot_protected(
+    cluster: EmulatedCluster, operator: OperatorThread, csi_client: CSIClient
+) -> None:
+    """As the Go provisioner on a real server: the finalizer first, then the secret fails."""
+    await make_storage_class(cluster, operator)
+    await make_storage_class(cluster, operator, "secured", parameters=SECRET_PARAMETERS)
+    source_pv = await wait_for_bound(cluster, make_claim(cluster, "source"))
+    await make_snapshot(cluster, csi_client, source_pv)
+    protection = names.FINALIZER_SNAPSHOT_SOURCE_PROTECTION
+
+    restored = make_claim(cluster, "restored", storage_class="secured", data_source=FROM_SNAPSHOT)
+    await wait_for_event(cluster, restored, FAILED, message=MISSING_SECRET)
+    assert finalizers_of(cluster, "volumesnapshots", "snap") == [protection]
+    await assert_stays(  # while the claim retries
+        lambda: finalizers_of(cluster, "volumesnapshots", "snap") == [protection],
+        duration=0.3,
+        what="the snapshot stays protected",
+    )
+
+    make_creds(cluster)
+    await wait_for_bound(cluster, restored, timeout=RETRY_MAX + 5)
+    await wait_until(lambda: not finalizers_of(cluster, "volumesnapshots", "snap"), what="released")
+
+
+async def test_a_deleted_restore_releases_the_snapshot(
+    cluster: EmulatedCluster, operator: OperatorThread, csi_client: CSIClient
+) -> None:
+    await make_storage_class(cluster, operator)
+    await make_storage_class(cluster, operator, "secured", parameters=SECRET_PARAMETERS)
+    source_pv = await wait_for_bound(cluster, make_claim(cluster, "source"))
+    await make_snapshot(cluster, csi_client, source_pv)
+    restored = make_claim(cluster, "restored", storage_class="secured", data_source=FROM_SNAPSHOT)
+    await wait_for_event(cluster, restored, FAILED, message=MISSING_SECRET)
+    assert finalizers_of(cluster, "volumesnapshots", "snap")
+
+    cluster.delete("persistentvolumeclaims", NAMESPACE, "restored")
+    await wait_until(
+        lambda: not finalizers_of(cluster, "volumesnapshots", "snap"),
+        what="released once no claim needs it",
+    )
+
+
+async def test_a_clone_waiting_for_its_secret_keeps_the_source_protected(
+    cluster: EmulatedCluster, operator: OperatorThread
+) -> None:
+    await make_storage_class(cluster, operator, parameters=SECRET_PARAMETERS)
+    make_creds(cluster)
+    await wait_for_bound(cluster, make_claim(cluster, "source"))
+    cluster.delete("secrets", NAMESPACE, "creds")
+
+    clone = make_claim(cluster, "clone", data_source=CLONE_OF_SOURCE)
+    await wait_for_event(cluster, clone, FAILED, message=MISSING_SECRET)
+    protection = names.FINALIZER_CLONING_PROTECTION
+    assert protection in finalizers_of(cluster, "persistentvolumeclaims", "source")
+
+    make_creds(cluster)
+    await wait_for_bound(cluster, clone, timeout=RETRY_MAX + 5)

@@ -23,7 +23,7 @@ from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls
 
-from ..conftest import DRIVER_NAME
+from ..conftest import DRIVER_NAME, field_managers
 from ..provisioner.conftest import assert_stays, wait_until
 from .conftest import (
     NAMESPACE,
@@ -52,9 +52,13 @@ async def test_a_filesystem_volume_grows_and_waits_for_the_node(
     updated = pv_of(cluster, volume)
     assert updated["spec"]["capacity"]["storage"] == "2Mi"
     assert updated["metadata"]["annotations"][names.ANN_PRE_RESIZE_CAPACITY] == "1Mi"
+    assert ("csi-resizer", None) in field_managers(updated)  # the PV's capacity
     status = status_of(cluster)
     assert status["allocatedResources"] == {"storage": "2Mi"}
     assert status["capacity"]["storage"] == "1Mi"  # kubelet's NodeExpandVolume updates it
+    claim_now = cluster.get("persistentvolumeclaims", claim["metadata"]["namespace"], "data")
+    assert claim_now is not None
+    assert ("csi-resizer", "status") in field_managers(claim_now)
     conditions = conditions_of(cluster)
     assert set(conditions) == {names.CONDITION_RESIZING, names.CONDITION_FS_RESIZE_PENDING}
     pending = conditions[names.CONDITION_FS_RESIZE_PENDING]

@@ -27,6 +27,7 @@ from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.snapshots import SnapshotController
 from kopf_csi.testing.spies import Calls
 
+from ..conftest import field_managers
 from ..provisioner.conftest import wait_for_gone
 from .conftest import (
     NAMESPACE,
@@ -78,6 +79,7 @@ async def test_snapshot_is_created_restored_and_deleted(
     assert ("CreateSnapshot", {"token": "s3cr3t"}) in secrets_seen
     assert status["readyToUse"] is True
     assert status["restoreSize"] == 2 * 1024**2
+    assert ("csi-snapshotter", "status") in field_managers(found)
     assert isinstance(status["creationTime"], int)
     assert status["creationTime"] // 10**9 == int(record.created_at)
     assert "error" not in status
