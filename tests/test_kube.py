@@ -1,4 +1,4 @@
-"""KubeClient against the emulated API over HTTP: paginated LISTs."""
+"""KubeClient against the emulated API over HTTP: paginated LISTs, field managers, lost races."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from kopf_csi import kube
+from kopf_csi.resizing.writes import patch_claim_status
 from kopf_csi.testing.emulator import EmulatedCluster
 
 
@@ -65,3 +66,79 @@ async def test_the_first_page_failing_is_an_error(
     cluster.faults.add(410, verb="list", resource="configmaps", message="gone")
     with pytest.raises(kube.KubeError):
         await api.list(kube.CONFIGMAPS, "default")
+
+
+# --- Who writes, and lost races -----------------------------------------------------------
+
+
+async def test_each_role_writes_under_its_go_sidecars_name(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    provisioner = api.as_manager("csi-provisioner")
+    body = {"metadata": {"name": "cm", "namespace": "default"}, "data": {"a": "1"}}
+    await provisioner.create(kube.CONFIGMAPS, body)
+    await api.as_manager("csi-attacher").patch(
+        kube.CONFIGMAPS, "cm", {"data": {"b": "2"}}, "default"
+    )
+    stored = cluster.get("configmaps", "default", "cm")
+    assert stored is not None
+    entries = {e["manager"]: e["fieldsV1"] for e in stored["metadata"]["managedFields"]}
+    assert entries == {
+        "csi-provisioner": {"f:data": {"f:a": {}}},
+        "csi-attacher": {"f:data": {"f:b": {}}},
+    }
+    # The User-Agent names the role too (what the server uses without fieldManager).
+    agent = kube.user_agent("csi-provisioner")
+    assert agent.startswith("csi-provisioner/v")
+    assert "OpenAPI-Generator" not in agent
+
+
+async def test_lost_races_are_stale_writes_and_other_errors_are_not(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    body = {"metadata": {"name": "cm", "namespace": "default"}}
+    created = await api.create(kube.CONFIGMAPS, body)
+    with pytest.raises(kube.ConflictError) as exists:
+        await api.create(kube.CONFIGMAPS, body)
+    assert not isinstance(exists.value, kube.StaleWriteError)  # 409 AlreadyExists
+
+    cluster.patch("configmaps", "default", "cm", {"data": {"changed": "meanwhile"}})
+    with pytest.raises(kube.StaleWriteError) as conflict:  # a stale PUT: 409 Conflict
+        await api.replace(kube.CONFIGMAPS, created)
+    assert conflict.value.status == 409
+    stale_test = [
+        {"op": "test", "path": "/metadata/resourceVersion",
+         "value": created["metadata"]["resourceVersion"]},
+        {"op": "add", "path": "/data", "value": {}},
+    ]  # fmt: skip
+    with pytest.raises(kube.StaleWriteError) as failed:  # a failed `test`: 422 Invalid
+        await api.patch(kube.CONFIGMAPS, "cm", stale_test, "default", patch_type="json")
+    assert failed.value.status == 422
+    assert "testing value /metadata/resourceVersion failed" in str(failed.value)
+    bad = [{"op": "remove", "path": "/nothing/here"}]
+    with pytest.raises(kube.KubeError) as invalid:  # 422 for another reason: a real error
+        await api.patch(kube.CONFIGMAPS, "cm", bad, "default", patch_type="json")
+    assert invalid.value.status == 422
+    assert not isinstance(invalid.value, kube.StaleWriteError)
+
+
+async def test_a_claim_status_write_that_loses_a_race_is_built_again(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    claim = cluster.create(
+        "persistentvolumeclaims",
+        {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}},
+        namespace="default",
+    )
+    cluster.patch("persistentvolumeclaims", "default", "data", {"metadata": {"labels": {"x": "y"}}})
+    seen: list[str] = []
+
+    def build(current: kube.Body) -> dict[str, object]:
+        version = current["metadata"]["resourceVersion"]
+        seen.append(version)
+        return {"metadata": {"resourceVersion": version}, "status": {"phase": "Bound"}}
+
+    updated = await patch_claim_status(api, claim, build)
+    assert updated["status"]["phase"] == "Bound"
+    assert len(seen) == 2  # the stale build, then one from the fresh read
+    assert seen[0] == claim["metadata"]["resourceVersion"] != seen[1]

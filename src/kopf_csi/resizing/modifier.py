@@ -11,7 +11,7 @@ Infeasible and retried slowly, unless the user picks another class. No kopf.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -27,6 +27,7 @@ from kopf_csi.resizing.modifications import Step
 from kopf_csi.resizing.operations import now
 from kopf_csi.resizing.options import ResizerOptions
 from kopf_csi.resizing.slowset import SlowSet
+from kopf_csi.resizing.writes import patch_claim_status
 
 __all__ = ["Modifier"]
 
@@ -109,16 +110,22 @@ class Modifier:
         try:
             vac = await self._class(claim, target.vac)
             if vac is None:
-                patch = modifications.with_status(
-                    claim, names.MODIFY_PENDING, target="", error=None, now=now()
+                stamp = now()
+                await self._patch_status(
+                    claim,
+                    lambda c: modifications.with_status(
+                        c, names.MODIFY_PENDING, target="", error=None, now=stamp
+                    ),
                 )
-                await self._patch_status(claim, patch)
                 return RETRY
             if target.step is Step.START:
-                patch = modifications.with_status(
-                    claim, names.MODIFY_IN_PROGRESS, target=target.vac, error=None, now=now()
+                stamp, wanted = now(), target.vac
+                claim = await self._patch_status(
+                    claim,
+                    lambda c: modifications.with_status(
+                        c, names.MODIFY_IN_PROGRESS, target=wanted, error=None, now=stamp
+                    ),
                 )
-                claim = await self._patch_status(claim, patch)
                 message = names.MESSAGE_MODIFYING.format(
                     claim=claim["metadata"]["name"], vac=target.vac
                 )
@@ -193,8 +200,11 @@ class Modifier:
             self.uncertain.discard(key)
         outcome = RETRY
         try:
-            patch = modifications.with_status(claim, value, target=vac, error=text, now=now())
-            await self._patch_status(claim, patch)
+            stamp = now()
+            await self._patch_status(
+                claim,
+                lambda c: modifications.with_status(c, value, target=vac, error=text, now=stamp),
+            )
         except kube.KubeError as mark_error:
             log.warning("modify_status_not_saved", error=str(mark_error))
         if value == names.MODIFY_INFEASIBLE:
@@ -208,13 +218,10 @@ class Modifier:
         """The PV first, so that a claim never says "done" for a PV that does not."""
         patch = {"spec": {"volumeAttributesClassName": vac}}
         self.caches.volumes.store(await self.api.patch(kube.VOLUMES, pv["metadata"]["name"], patch))
-        await self._patch_status(claim, modifications.completed(claim, vac))
+        await self._patch_status(claim, lambda c: modifications.completed(c, vac))
 
-    async def _patch_status(self, claim: Body, patch: Mapping[str, Any]) -> Body:
-        meta = claim["metadata"]
-        updated = await self.api.patch(
-            kube.CLAIMS, meta["name"], patch, meta["namespace"], subresource="status"
-        )
+    async def _patch_status(self, claim: Body, build: Callable[[Body], Mapping[str, Any]]) -> Body:
+        updated = await patch_claim_status(self.api, claim, build)
         if modifications.has_modify_work(updated):
             self.claims.store(updated)
         else:

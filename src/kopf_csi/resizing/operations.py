@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -31,6 +31,7 @@ from kopf_csi.resizing.errors import ResizeError, error_text, is_final, is_in_us
 from kopf_csi.resizing.modes import ResizeMode
 from kopf_csi.resizing.options import ResizerOptions
 from kopf_csi.resizing.slowset import SlowSet
+from kopf_csi.resizing.writes import patch_claim_status
 
 __all__ = ["PODS", "Resizer"]
 
@@ -218,8 +219,11 @@ class Resizer:
 
     async def _mark_in_progress(self, claim: Body, plan: decisions.Plan) -> Body:
         claim = await self._annotate(claim, not_required=False)
-        patch = status.in_progress(claim, plan.size, update_status=plan.update_status, now=now())
-        return await self._patch_status(claim, patch)
+        stamp = now()
+        return await self._patch_status(
+            claim,
+            lambda c: status.in_progress(c, plan.size, update_status=plan.update_status, now=stamp),
+        )
 
     async def _users(self, claim: Body, pv: Body) -> list[str]:
         """What still uses the volume (see `inuse`): its VAs, else the namespace's pods."""
@@ -289,12 +293,14 @@ class Resizer:
             if is_final(exc):
                 self.final_errors.add(key)
                 if is_infeasible(exc):
-                    await self._patch_status(claim, status.infeasible(claim, text, now=now()))
+                    stamp = now()
+                    await self._patch_status(claim, lambda c: status.infeasible(c, text, now=stamp))
                     self.slow.add(key)
                     outcome = retry_after(self.slow.remaining(key))
                 else:
                     self.slow.remove(key)
-                    await self._patch_status(claim, status.failed(claim, text, now=now()))
+                    stamp = now()
+                    await self._patch_status(claim, lambda c: status.failed(c, text, now=stamp))
             else:
                 self.slow.remove(key)
                 self.final_errors.discard(key)
@@ -319,12 +325,13 @@ class Resizer:
         self.caches.volumes.store(await self.api.patch(kube.VOLUMES, pv["metadata"]["name"], patch))
         if node_expansion:
             claim = await self._annotate(claim, not_required=False)
-            await self._patch_status(claim, status.pending_on_node(claim, now=now()))
+            stamp = now()
+            await self._patch_status(claim, lambda c: status.pending_on_node(c, now=stamp))
             message = names.MESSAGE_FS_RESIZE_REQUIRED
             await self._event(claim, events.NORMAL, names.REASON_FS_RESIZE_REQUIRED, message)
         else:
             claim = await self._annotate(claim, not_required=True)
-            await self._patch_status(claim, status.finished(claim, size))
+            await self._patch_status(claim, lambda c: status.finished(c, size))
             message = names.MESSAGE_RESIZE_SUCCEEDED
             await self._event(claim, events.NORMAL, names.REASON_VOLUME_RESIZE_SUCCESSFUL, message)
 
@@ -339,11 +346,8 @@ class Resizer:
         self.claims.store(updated)
         return updated
 
-    async def _patch_status(self, claim: Body, patch: Mapping[str, Any]) -> Body:
-        meta = claim["metadata"]
-        updated = await self.api.patch(
-            kube.CLAIMS, meta["name"], patch, meta["namespace"], subresource="status"
-        )
+    async def _patch_status(self, claim: Body, build: Callable[[Body], Mapping[str, Any]]) -> Body:
+        updated = await patch_claim_status(self.api, claim, build)
         self.claims.store(updated)
         return updated
 
