@@ -48,6 +48,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
+import aiohttp
 import structlog
 
 from kopf_csi import events, kube, names
@@ -106,6 +107,10 @@ __all__ = [
 log = structlog.get_logger("kopf_csi.leadership")
 
 Body = dict[str, Any]
+API_ERRORS = (kube.KubeError, aiohttp.ClientError, OSError)
+"""What a Lease request may raise: an answer with an error, or none (a refused connection, a
+reset). A failed attempt, never the end of the renewal loop: a leader whose loop died would
+go on working, unrenewed, after a standby took its Leases over."""
 
 
 def default_identity(identity: str = "") -> str:
@@ -158,8 +163,8 @@ class Candidate:
                 return await self._try()
         except TimeoutError:
             log.warning("lease_attempt_timed_out", lease=self.name, timeout=timeout)
-        except kube.KubeError as exc:
-            log.warning("lease_attempt_failed", lease=self.name, error=str(exc))
+        except API_ERRORS as exc:
+            log.warning("lease_attempt_failed", lease=self.name, error=str(exc) or repr(exc))
         return False
 
     async def _try(self) -> bool:
@@ -260,7 +265,7 @@ class Candidate:
             async with asyncio.timeout(max(timeout, 0.001)):
                 lease = await self._read() if self.in_doubt else self.lease
                 released = await self._guarded(self._release, lease)
-        except (kube.KubeError, TimeoutError) as exc:  # expires by itself then
+        except (*API_ERRORS, TimeoutError) as exc:  # expires by itself then
             log.warning("lease_not_released", lease=self.name, error=str(exc) or repr(exc))
             return False
         if released:

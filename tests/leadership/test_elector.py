@@ -5,7 +5,8 @@ We test these aspects:
   renewTime (and the resourceVersion), never acquireTime or the transitions;
 - two candidates racing for one Lease: exactly one leads, the other waits, no errors;
 - a conflict (409) on a renewal is retried through a fresh read within the same round;
-- renewals failing for the renew deadline: `on_lost` is called once, with the reason;
+- renewals failing for the renew deadline: `on_lost` is called once, with the reason; also
+  when the API cannot be reached at all (no answer: the renewal loop must not die of it);
 - another holder appearing in the record: leadership is given up at the next renewal;
 - releasing: no holder, 1 s, transitions kept; the next candidate takes it at once;
 - a stop lets the renewal in flight finish, then releases from its answer (no 409);
@@ -19,6 +20,8 @@ We test these aspects:
 from __future__ import annotations
 
 import asyncio
+import json
+import pathlib
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -208,6 +211,29 @@ async def test_renewals_failing_past_the_deadline_lose_leadership_once(
     assert elector.check()[0]  # not overdue yet: the process is expected to stop meanwhile
     await asyncio.sleep(FAST.renew_deadline)
     assert len(losses.reasons) == 1
+
+
+async def test_renewals_that_reach_no_api_lose_leadership(
+    api: kube.KubeClient, electors: list[Elector], tmp_path: pathlib.Path, unused_tcp_port: int
+) -> None:
+    losses = Losses()
+    elector = make(api, "replica-a", on_lost=losses)
+    electors.append(elector)
+    await elector.acquire()
+    kubeconfig = tmp_path / "nobody-listens.json"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": f"http://127.0.0.1:{unused_tcp_port}"}}],
+        "users": [{"name": "gone", "user": {}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}],
+    }))  # fmt: skip
+    async with await kube.KubeClient.connect(kubeconfig) as unreachable:
+        for candidate in elector.candidates:
+            candidate.api = unreachable  # connections refused from now on
+        elector.start()
+        await until(lambda: losses.reasons, timeout=5)
+    assert f"failed to renew Lease {NAMESPACE}/{LEASE}" in losses.reasons[0]
+    assert not elector.is_leader
 
 
 async def test_another_holder_in_the_record_ends_leadership_at_once(
