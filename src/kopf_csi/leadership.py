@@ -11,7 +11,11 @@ The Lease record is client-go's (`tryAcquireOrRenew`): `holderIdentity`, `leaseD
 `acquireTime`, `renewTime` (MicroTime) and `leaseTransitions`. A Lease is expired when its
 record has not changed for `leaseDurationSeconds` *by the observer's own clock* (client-go's
 `observedTime`), so clock skew between replicas does not matter. Writes are PUTs guarded by the
-resourceVersion; a conflict means someone else wrote first, and the round is retried.
+resourceVersion. A conflict (409) says only that the Lease changed since we read it: someone
+else wrote first, or our own earlier write landed after all, its answer cut off by a timeout or
+by the stop. Either way we read it again and decide again at once (`CONFLICT_RETRIES` times at
+most, within the attempt's time), for every write: acquire, renew, create and release. A write
+without an answer leaves the Candidate `in_doubt`: a release reads the Lease before deciding.
 
 Differences from client-go, each on the safe side:
 - several Leases are acquired one by one in a fixed order (`Role` order), so two kopf-csi
@@ -23,6 +27,9 @@ Differences from client-go, each on the safe side:
   over before our own deadline has passed;
 - on a clean shutdown the Leases are released (client-go's ReleaseOnCancel, the sidecars'
   alpha ReleaseLeaderElectionOnExit gate): holder "" and 1 s, so a standby takes over at once.
+  Renewing stops first, and a round in flight is let finish rather than cut off; a release
+  that meets a 409 reads the Lease and releases it again while it is still ours (client-go
+  tries once, and leaves the Lease to expire).
 
 This module holds the I/O: `Candidate` (one Lease) and `Elector` (all of them) read and write
 Leases through `kube.KubeClient` and post the leadership events. The record and every pure
@@ -38,13 +45,15 @@ import datetime
 import random
 import socket
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
+import aiohttp
 import structlog
 
 from kopf_csi import events, kube, names
 from kopf_csi.leases import (
+    CONFLICT_RETRIES,
     HEALTH_TOLERANCE,
     JITTER,
     ROLE_HANDLERS,
@@ -56,12 +65,14 @@ from kopf_csi.leases import (
     is_expired,
     is_free,
     is_ours,
+    is_refused,
     is_renewal_overdue,
     lease_body,
     may_acquire,
     next_record,
     observe,
     parse_microtime,
+    release_of,
     released_record,
     roles_for,
     validate,
@@ -96,6 +107,10 @@ __all__ = [
 log = structlog.get_logger("kopf_csi.leadership")
 
 Body = dict[str, Any]
+API_ERRORS = (kube.KubeError, aiohttp.ClientError, OSError)
+"""What a Lease request may raise: an answer with an error, or none (a refused connection, a
+reset). A failed attempt, never the end of the renewal loop: a leader whose loop died would
+go on working, unrenewed, after a standby took its Leases over."""
 
 
 def default_identity(identity: str = "") -> str:
@@ -130,6 +145,7 @@ class Candidate:
         self.observation: Observation | None = None
         self.lease: Body | None = None  # the last object we saw or wrote (its resourceVersion)
         self.renewed_at: float | None = None  # our clock, at the last successful write
+        self.in_doubt = False  # a write went out, and no answer said it was not applied
 
     @property
     def holder(self) -> str | None:
@@ -147,8 +163,8 @@ class Candidate:
                 return await self._try()
         except TimeoutError:
             log.warning("lease_attempt_timed_out", lease=self.name, timeout=timeout)
-        except kube.KubeError as exc:
-            log.warning("lease_attempt_failed", lease=self.name, error=str(exc))
+        except API_ERRORS as exc:
+            log.warning("lease_attempt_failed", lease=self.name, error=str(exc) or repr(exc))
         return False
 
     async def _try(self) -> bool:
@@ -157,19 +173,20 @@ class Candidate:
             # when someone else wrote), fall through to reading the Lease.
             with contextlib.suppress(kube.KubeError):
                 return await self._write(self.lease, self.observation)
-        lease = await self.api.get(kube.LEASES, self.name, self.namespace)
-        now = self.clock()
+        return await self._guarded(self._acquire_or_renew, await self._read())
+
+    async def _acquire_or_renew(self, lease: Body | None) -> bool:
         if lease is None:
             record = next_record(
                 None, identity=self.identity, duration=self.duration, now=self.wallclock()
             )
             body = lease_body(self.name, self.namespace, record, {})
-            created = await self.api.create(kube.LEASES, body)
+            created = await self._send(self.api.create(kube.LEASES, body))
             self._seen(created, record, self.clock(), written=True)
             return True
-        self.observation = observe(self.observation, LeaseRecord.from_lease(lease), now)
-        self.lease = lease
-        if not may_acquire(self.observation, self.identity, now):
+        if self.observation is None or not may_acquire(
+            self.observation, self.identity, self.clock()
+        ):
             return False
         return await self._write(lease, self.observation)
 
@@ -178,8 +195,8 @@ class Candidate:
         record = next_record(
             old, identity=self.identity, duration=self.duration, now=self.wallclock()
         )
-        updated = await self.api.replace(
-            kube.LEASES, lease_body(self.name, self.namespace, record, lease)
+        updated = await self._send(
+            self.api.replace(kube.LEASES, lease_body(self.name, self.namespace, record, lease))
         )
         if old is not None and not is_ours(old, self.identity):
             log.info(
@@ -189,6 +206,46 @@ class Candidate:
         self._seen(updated, record, self.clock(), written=True)
         return True
 
+    async def _read(self) -> Body | None:
+        """The Lease as it is now (None if there is none); observed, and kept as our base."""
+        lease = await self.api.get(kube.LEASES, self.name, self.namespace)
+        if lease is not None:
+            record = LeaseRecord.from_lease(lease)
+            self.observation = observe(self.observation, record, self.clock())
+            self.lease = lease
+        return lease
+
+    async def _send(self, write: Coroutine[Any, Any, Body]) -> Body:
+        """One Lease write, `in_doubt` until its answer says whether it was applied."""
+        self.in_doubt = True
+        try:
+            answer = await write
+        except kube.KubeError as exc:
+            self.in_doubt = not is_refused(exc.status)
+            raise
+        self.in_doubt = False
+        return answer
+
+    async def _guarded(
+        self, step: Callable[[Body | None], Awaitable[bool]], lease: Body | None
+    ) -> bool:
+        """`step` decides from `lease` and writes; after a 409, it decides again on a fresh read.
+
+        The write is guarded by the resourceVersion of `lease`, so a 409 says only that the Lease
+        changed since: often by our own write whose answer we never got (cut off by a timeout or
+        by the stop), which landed after all. `CONFLICT_RETRIES` times at most: then it raises.
+        """
+        retries = 0
+        while True:
+            try:
+                return await step(lease)
+            except kube.ConflictError as exc:
+                if retries >= CONFLICT_RETRIES:
+                    raise
+                retries += 1
+                log.info("lease_conflict_retried", lease=self.name, retry=retries, error=str(exc))
+            lease = await self._read()
+
     def _seen(self, lease: Body, record: LeaseRecord, now: float, *, written: bool) -> None:
         self.lease = lease
         self.observation = Observation(record, now)
@@ -196,19 +253,36 @@ class Candidate:
             self.renewed_at = now
 
     async def release(self, *, timeout: float) -> bool:
-        """Give the Lease up if it is ours (a standby may take it at once); best effort."""
-        if not self.held or self.lease is None or self.observation is None:
+        """Give the Lease up while it is ours (a standby may take it at once), within `timeout`.
+
+        After a write whose answer never came (`in_doubt`), the Lease is read first: that write
+        may have made it ours, or changed its resourceVersion. A 409 reads it again and releases
+        it again while it is still ours (`_guarded`). Otherwise it expires by itself.
+        """
+        if not self.in_doubt and (not self.held or self.lease is None):
             return True
-        record = released_record(self.observation.record, now=self.wallclock())
-        body = lease_body(self.name, self.namespace, record, self.lease)
         try:
             async with asyncio.timeout(max(timeout, 0.001)):
-                released = await self.api.replace(kube.LEASES, body)
-        except (kube.KubeError, TimeoutError) as exc:  # expires by itself then
+                lease = await self._read() if self.in_doubt else self.lease
+                released = await self._guarded(self._release, lease)
+        except (*API_ERRORS, TimeoutError) as exc:  # expires by itself then
             log.warning("lease_not_released", lease=self.name, error=str(exc) or repr(exc))
             return False
+        if released:
+            log.info("lease_released", lease=self.name)
+        return True
+
+    async def _release(self, lease: Body | None) -> bool:
+        """Write client-go's released record if `lease` is ours; False if it is not (any more)."""
+        if lease is None:
+            return False
+        now = self.wallclock()
+        record = release_of(LeaseRecord.from_lease(lease), identity=self.identity, now=now)
+        if record is None:
+            return False
+        body = lease_body(self.name, self.namespace, record, lease)
+        released = await self._send(self.api.replace(kube.LEASES, body))
         self._seen(released, record, self.clock(), written=False)
-        log.info("lease_released", lease=self.name)
         return True
 
 
@@ -253,6 +327,7 @@ class Elector:
         self.is_leader = False
         self.lost: str | None = None  # why leadership was lost, once it was
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()  # set by `stop()`: no renewal starts after it
         self._lost_task: asyncio.Task[None] | None = None
         self._holders_logged: dict[str, str | None] = {}
 
@@ -292,16 +367,24 @@ class Elector:
     async def _renew_forever(self) -> None:
         reason = None
         while reason is None:
-            await asyncio.sleep(self.config.retry_period)
+            if await self._stopping_within(self.config.retry_period):
+                return  # a clean stop: `stop()` releases the Leases, from what we wrote last
             reason = await self._renew_round()
         self.is_leader = False
         self.lost = reason
         self._report(leading=False)
         log.error("leader_election_lost", reason=reason, identity=self.identity)
-        if self.on_lost is not None:
+        if self.on_lost is not None and not self._stopping.is_set():
             # A task of its own: `on_lost` stops the work, which includes `stop()` of ours.
             self._lost_task = asyncio.create_task(self.on_lost(reason), name="leadership-lost")
         await self._post(names.LEASE_EVENT_STOPPED_LEADING)
+
+    async def _stopping_within(self, delay: float) -> bool:
+        """Wait `delay`, or less if `stop()` comes meanwhile; True once it has come."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._stopping.wait()
+        return self._stopping.is_set()
 
     async def _renew_round(self) -> str | None:
         """Renew every Lease; the reason to give up, or None while all are ours."""
@@ -321,12 +404,22 @@ class Elector:
         return None
 
     async def stop(self, *, release: bool = True) -> None:
-        """Stop renewing and (unless lost) release the Leases: run once the work has stopped."""
+        """Stop renewing, then (unless lost) release the Leases: run once the work has stopped.
+
+        A renewal round in flight is let finish (its attempts are bounded by the renew
+        deadline): cut off, its PUT could still land after our release read the Lease, and
+        the release would meet a 409. Only a round that overruns is cancelled.
+        """
+        self._stopping.set()
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            bound = self.config.renew_deadline + self.config.retry_period  # the round, its event
+            try:
+                await asyncio.wait({task}, timeout=bound)
+            finally:
+                task.cancel()  # nothing to cancel when it has ended
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         was_leader, self.is_leader = self.is_leader, False
         self._report(leading=False)
         if release and self.lost is None:

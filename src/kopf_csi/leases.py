@@ -9,7 +9,10 @@ What lives here decides, from values alone, without touching the API or the cloc
   `lease_body`), and the MicroTime text form;
 - expiry by the observer's own clock (`Observation`, client-go's `observedTime`: a record
   unchanged for its `leaseDurationSeconds` has expired, so clock skew does not matter), who
-  may acquire, the record to write to acquire, renew, take over or release, and the watchdog.
+  may acquire, the record to write to acquire, renew, take over or release, and the watchdog;
+- what a write's answer tells (`is_refused`: a 4xx was not applied; no answer or a 5xx leaves
+  the write in doubt) and how often a write beaten by another one is tried again at once
+  (`CONFLICT_RETRIES`).
 
 `leadership` does the I/O with these: `Candidate` (one Lease) and `Elector` (all of them).
 """
@@ -27,6 +30,7 @@ from kopf_csi import names
 from kopf_csi.settings import LeaderElectionSettings, Settings
 
 __all__ = [
+    "CONFLICT_RETRIES",
     "HEALTH_TOLERANCE",
     "JITTER",
     "ROLE_HANDLERS",
@@ -38,12 +42,14 @@ __all__ = [
     "is_expired",
     "is_free",
     "is_ours",
+    "is_refused",
     "is_renewal_overdue",
     "lease_body",
     "may_acquire",
     "next_record",
     "observe",
     "parse_microtime",
+    "release_of",
     "released_record",
     "roles_for",
     "validate",
@@ -54,6 +60,10 @@ HEALTH_TOLERANCE = 20.0
 """csi-lib-utils `DefaultHealthCheckTimeout`: how long past its lease duration a leader that
 has not renewed may still call itself healthy (the `/healthz/leader-election` watchdog)."""
 JITTER = 1.2  # client-go's JitterFactor for acquisition attempts
+CONFLICT_RETRIES = 3
+"""How many times a Lease write answered 409 is read, decided and written again at once (within
+the attempt's time): the Lease changed since we read it, most often by our own earlier write
+whose answer we never got (cut off by a timeout or by the stop)."""
 
 
 class Role(enum.Enum):
@@ -229,6 +239,16 @@ def released_record(old: LeaseRecord, *, now: datetime.datetime) -> LeaseRecord:
     """client-go `release()`: no holder, 1 s, both times now, the transitions kept."""
     stamp = format_microtime(now)
     return LeaseRecord("", 1, stamp, stamp, old.transitions)
+
+
+def release_of(record: LeaseRecord, *, identity: str, now: datetime.datetime) -> LeaseRecord | None:
+    """The released record to write while the Lease is ours; None when it is not (any more)."""
+    return released_record(record, now=now) if is_ours(record, identity) else None
+
+
+def is_refused(status: int) -> bool:
+    """A 4xx answer: the write was not applied. A 5xx may come after it was (a 504, say)."""
+    return 400 <= status < 500
 
 
 def is_renewal_overdue(

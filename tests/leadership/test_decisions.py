@@ -7,7 +7,8 @@ We test these aspects:
   any change restarts the observation (clock skew does not matter);
 - who may acquire: free, ours, expired; never a valid foreign one;
 - the next record: creation, renewal (acquireTime and transitions kept), takeover
-  (transitions + 1), taking a released Lease; the released record;
+  (transitions + 1), taking a released Lease; the released record, only while it is ours;
+- which answers leave a write in doubt (none, a 5xx) and which refuse it (a 4xx, a 409 above all);
 - the watchdog: overdue only for a leader past its duration plus the tolerance;
 - the settings checks client-go makes; the written duration (rounded up);
 - which roles run, from the loaded start-up handlers and the settings.
@@ -193,6 +194,28 @@ def test_next_record(old: LeaseRecord | None, expected: LeaseRecord) -> None:
 def test_released_record_is_client_gos() -> None:
     old = LeaseRecord(ME, 15, STAMP0, STAMP0, 3)
     assert leases.released_record(old, now=T1) == LeaseRecord("", 1, STAMP1, STAMP1, 3)
+
+
+@pytest.mark.parametrize(
+    ("old", "expected"),
+    [
+        pytest.param(LeaseRecord(ME, 15, STAMP0, STAMP1, 3), LeaseRecord("", 1, STAMP1, STAMP1, 3),
+                     id="ours-is-released"),
+        pytest.param(LeaseRecord(OTHER, 15, STAMP0, STAMP1, 4), None, id="taken-over-meanwhile"),
+        pytest.param(LeaseRecord("", 1, STAMP0, STAMP0, 3), None, id="released-already"),
+    ],
+)  # fmt: skip
+def test_release_of_only_what_is_ours(old: LeaseRecord, expected: LeaseRecord | None) -> None:
+    assert leases.release_of(old, identity=ME, now=T1) == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "refused"),
+    [(409, True), (404, True), (422, True), (400, True), (500, False), (503, False),
+     (504, False)],
+)  # fmt: skip
+def test_a_4xx_refuses_a_write_and_a_5xx_leaves_it_in_doubt(status: int, refused: bool) -> None:
+    assert leases.is_refused(status) is refused
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,14 @@ We test these aspects:
   renewTime (and the resourceVersion), never acquireTime or the transitions;
 - two candidates racing for one Lease: exactly one leads, the other waits, no errors;
 - a conflict (409) on a renewal is retried through a fresh read within the same round;
-- renewals failing for the renew deadline: `on_lost` is called once, with the reason;
+- renewals failing for the renew deadline: `on_lost` is called once, with the reason; also
+  when the API cannot be reached at all (no answer: the renewal loop must not die of it);
 - another holder appearing in the record: leadership is given up at the next renewal;
 - releasing: no holder, 1 s, transitions kept; the next candidate takes it at once;
+- a stop lets the renewal in flight finish, then releases from its answer (no 409);
+- a release that meets a 409 reads the Lease again and releases it while it is still ours, a
+  bounded number of times; a write whose answer was lost (applied all the same) is released
+  from a fresh read; a 409 on acquisition (even on the creation) is retried at once;
 - the watchdog: healthy while standby or renewing, unhealthy once renewals are overdue;
 - the LeaderElection events client-go posts on the Lease.
 """
@@ -15,12 +20,16 @@ We test these aspects:
 from __future__ import annotations
 
 import asyncio
+import json
+import pathlib
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import pytest
+import structlog
 
-from kopf_csi import kube, leadership
+from kopf_csi import kube, leadership, leases
 from kopf_csi.leadership import Elector
 from kopf_csi.testing.emulator import EmulatedCluster
 
@@ -40,6 +49,38 @@ class Losses:
         self.reasons.append(reason)
 
 
+class Answers:
+    """The API client, with a say over the answers to Lease writes (the server applies each).
+
+    `lose`: the answers to so many next writes never come, as for a PUT cut off by the stop or
+    by a timeout; `delay`: each answer comes that much later; `sent`: a write is on its way.
+    """
+
+    def __init__(self, api: kube.KubeClient) -> None:
+        self.api = api
+        self.lose = 0
+        self.delay = 0.0
+        self.sent = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.api, name)
+
+    async def create(self, resource: kube.Resource, body: Mapping[str, Any]) -> kube.Body:
+        self.sent.set()
+        return await self._answer(await self.api.create(resource, body))
+
+    async def replace(self, resource: kube.Resource, body: Mapping[str, Any]) -> kube.Body:
+        self.sent.set()
+        return await self._answer(await self.api.replace(resource, body))
+
+    async def _answer(self, answer: kube.Body) -> kube.Body:
+        await asyncio.sleep(self.delay)
+        if self.lose > 0:
+            self.lose -= 1
+            raise TimeoutError
+        return answer
+
+
 def make(
     api: kube.KubeClient,
     identity: str,
@@ -53,6 +94,18 @@ def make(
         api, leases=leases, namespace=NAMESPACE, identity=identity, config=FAST,
         on_lost=on_lost, **extra,
     )  # fmt: skip
+
+
+async def leader(api: kube.KubeClient | Answers, identity: str = "replica-a") -> Elector:
+    """An Elector that holds the Lease (not renewing it: `start()` is the caller's)."""
+    elector = make(api, identity)  # type: ignore[arg-type]
+    await elector.acquire()
+    return elector
+
+
+@pytest.fixture
+def answers(api: kube.KubeClient) -> Answers:
+    return Answers(api)
 
 
 @pytest.fixture
@@ -160,6 +213,29 @@ async def test_renewals_failing_past_the_deadline_lose_leadership_once(
     assert len(losses.reasons) == 1
 
 
+async def test_renewals_that_reach_no_api_lose_leadership(
+    api: kube.KubeClient, electors: list[Elector], tmp_path: pathlib.Path, unused_tcp_port: int
+) -> None:
+    losses = Losses()
+    elector = make(api, "replica-a", on_lost=losses)
+    electors.append(elector)
+    await elector.acquire()
+    kubeconfig = tmp_path / "nobody-listens.json"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": f"http://127.0.0.1:{unused_tcp_port}"}}],
+        "users": [{"name": "gone", "user": {}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}],
+    }))  # fmt: skip
+    async with await kube.KubeClient.connect(kubeconfig) as unreachable:
+        for candidate in elector.candidates:
+            candidate.api = unreachable  # connections refused from now on
+        elector.start()
+        await until(lambda: losses.reasons, timeout=5)
+    assert f"failed to renew Lease {NAMESPACE}/{LEASE}" in losses.reasons[0]
+    assert not elector.is_leader
+
+
 async def test_another_holder_in_the_record_ends_leadership_at_once(
     cluster: EmulatedCluster, api: kube.KubeClient, electors: list[Elector]
 ) -> None:
@@ -238,3 +314,81 @@ async def test_became_leader_is_an_event_on_the_lease(
     ]
     assert {e["involvedObject"]["name"] for e in posted} == {LEASE}
     assert {e["source"]["component"] for e in posted} == {f"{LEASE}/replica-a"}
+
+
+async def test_a_stop_lets_the_renewal_in_flight_finish_then_releases(
+    cluster: EmulatedCluster, answers: Answers
+) -> None:
+    elector = await leader(answers)
+    answers.delay = FAST.retry_period  # well within the renew deadline
+    answers.sent.clear()
+    elector.start()
+    await asyncio.wait_for(answers.sent.wait(), 5)  # a renewal is on its way
+    with structlog.testing.capture_logs() as logs:
+        await elector.stop()
+    assert [e["event"] for e in logs if e["event"].startswith("lease_")] == ["lease_released"]
+    assert spec(cluster)["holderIdentity"] == ""
+
+
+async def test_a_conflict_on_release_is_retried_after_a_fresh_read(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    elector = await leader(api)
+    conflict = cluster.faults.add(409, verb="update", resource="leases", name=LEASE)
+    await elector.stop()
+    assert conflict.times == 0
+    assert spec(cluster)["holderIdentity"] == ""
+    assert spec(cluster)["leaseTransitions"] == 0
+
+
+async def test_a_release_that_keeps_conflicting_gives_up_after_a_few_reads(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    elector = await leader(api)
+    tries = leadership.CONFLICT_RETRIES + 1
+    conflicts = cluster.faults.add(409, verb="update", resource="leases", times=tries + 1)
+    loop = asyncio.get_running_loop()
+    stopping_since = loop.time()
+    await elector.stop()
+    assert loop.time() - stopping_since < FAST.renew_deadline
+    assert conflicts.times == 1  # the first write and CONFLICT_RETRIES more, then it gave up
+    assert spec(cluster)["holderIdentity"] == "replica-a"  # left to expire
+    cluster.faults.remove(conflicts)
+
+
+async def test_a_release_after_a_lost_answer_reads_the_lease_first(
+    cluster: EmulatedCluster, answers: Answers
+) -> None:
+    elector = await leader(answers)
+    before = spec(cluster)["renewTime"]
+    answers.lose = 1
+    assert not await elector.candidates[0].attempt(timeout=FAST.renew_deadline)
+    assert spec(cluster)["renewTime"] != before  # renewed, but we never saw the answer
+    await elector.stop()
+    assert spec(cluster)["holderIdentity"] == ""
+
+
+async def test_a_creation_whose_answer_was_lost_is_released_all_the_same(
+    cluster: EmulatedCluster, answers: Answers
+) -> None:
+    elector = make(answers, "replica-a")  # type: ignore[arg-type]
+    answers.lose = 1
+    assert not await elector.candidates[0].attempt(timeout=FAST.renew_deadline)
+    assert spec(cluster)["holderIdentity"] == "replica-a"  # created, but we never saw it
+    await elector.stop()  # stopped while standby, as lifecycle.connect does
+    assert spec(cluster)["holderIdentity"] == ""
+
+
+@pytest.mark.parametrize("verb", ["create", "update"])
+async def test_a_conflict_on_acquisition_is_retried_at_once(
+    cluster: EmulatedCluster, api: kube.KubeClient, electors: list[Elector], verb: str
+) -> None:
+    if verb == "update":  # a released Lease, to take
+        released = leases.LeaseRecord("", 1, "2026-11-29T10:00:00.000000Z", None, 2)
+        cluster.create("leases", leases.lease_body(LEASE, NAMESPACE, released, {}))
+    elector = make(api, "replica-b")
+    electors.append(elector)
+    conflict = cluster.faults.add(409, verb=verb, resource="leases")  # a POST names no object
+    assert await elector.candidates[0].attempt(timeout=FAST.renew_deadline)  # in one attempt
+    assert conflict.times == 0
+    assert spec(cluster)["holderIdentity"] == "replica-b"

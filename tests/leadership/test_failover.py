@@ -11,7 +11,10 @@ We test these aspects:
   holder stops renewing; then we take it over;
 - several roles: the replica holds the provisioner's and the attacher's Leases, and a Go
   attacher holding its Lease keeps the whole replica standby (still holding the provisioner's);
-- a leader whose renewals fail stops its queues, then the operator, within the renew deadline.
+- a leader whose renewals fail stops its queues, then the operator, within the renew deadline;
+- a clean stop whose release collides with a change of the Lease (a 409: our own renewal that
+  landed late, or an injected one) reads it again and releases it: the standby takes over at
+  once, not after a lease duration.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import asyncio
 import dataclasses
 import datetime
 import time
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import pytest
@@ -101,18 +104,29 @@ async def stopped(*replicas: Replica) -> None:
         await replica.stop()
 
 
+async def leader_and_standby(settings: Settings, started: list[Replica]) -> tuple[Replica, Replica]:
+    """replica-a leads; replica-b waits, and has seen replica-a hold the provisioner's Lease.
+
+    Both go into `started` as soon as they start, for the caller to stop whatever happens.
+    """
+    first = start_replica(settings, "replica-a")
+    started.append(first)
+    await first.wait_leading()
+    second = start_replica(settings, "replica-b")
+    started.append(second)
+    standby = await second.wait_standby()
+    await until(lambda: standby.holders.get(PROVISIONER_LEASE) == "replica-a")
+    return first, second
+
+
 @pytest.mark.usefixtures("kcm")
 async def test_one_leader_provisions_and_the_standby_takes_over_on_release(
     cluster: EmulatedCluster, driver: Driver, settings: Settings
 ) -> None:
     storage_class(cluster)
-    first = start_replica(settings, "replica-a")
-    second = None
+    started: list[Replica] = []
     try:
-        await first.wait_leading()
-        second = start_replica(settings, "replica-b")
-        standby = await second.wait_standby()
-        await until(lambda: standby.holders.get(PROVISIONER_LEASE) == "replica-a")
+        first, second = await leader_and_standby(settings, started)
 
         batch = [f"first-{i}" for i in range(5)]
         for name in batch:
@@ -148,7 +162,7 @@ async def test_one_leader_provisions_and_the_standby_takes_over_on_release(
         await until(lambda: bound(cluster, batch + more), timeout=20)
         assert_one_volume_per_claim(cluster, driver, len(batch + more))
     finally:
-        await stopped(first, *([second] if second else []))
+        await stopped(*started)
 
 
 class GoSidecar:
@@ -218,13 +232,9 @@ async def test_a_crashed_leader_is_replaced_within_the_lease_duration(
     cluster: EmulatedCluster, driver: Driver, settings: Settings
 ) -> None:
     storage_class(cluster)
-    first = start_replica(settings, "replica-a")
-    second = None
+    started: list[Replica] = []
     try:
-        await first.wait_leading()
-        second = start_replica(settings, "replica-b")
-        standby = await second.wait_standby()
-        await until(lambda: standby.holders.get(PROVISIONER_LEASE) == "replica-a")
+        first, second = await leader_and_standby(settings, started)
         batch = [f"first-{i}" for i in range(3)]
         for name in batch:
             claim(cluster, name)
@@ -246,7 +256,7 @@ async def test_a_crashed_leader_is_replaced_within_the_lease_duration(
         await until(lambda: bound(cluster, batch + more), timeout=20)
         assert_one_volume_per_claim(cluster, driver, len(batch + more))
     finally:
-        await stopped(first, *([second] if second else []))
+        await stopped(*started)
 
 
 @pytest.mark.usefixtures("kcm")
@@ -365,3 +375,58 @@ async def test_a_standby_is_healthy_over_http(
     finally:
         await go.stop()
         await replica.stop()
+
+
+class Collision:
+    """An observer of the stopping leader that changes its Lease after the last renewal.
+
+    The Elector reports "not leading" once it has stopped renewing, and releases only then:
+    exactly where the release's resourceVersion goes stale when a renewal lands late. `how`:
+    "landed" writes what our own cut-off renewal would have (a new renewTime, still ours);
+    "conflict" answers the first release with an injected 409 instead.
+    """
+
+    def __init__(self, cluster: EmulatedCluster, how: Literal["landed", "conflict"]) -> None:
+        self.cluster = cluster
+        self.how = how
+        self.loop = asyncio.get_running_loop()  # the emulator's; the observer runs in kopf's
+        self.fault: Any = None
+        self.happened = False
+
+    def __call__(self, name: str, leading: bool) -> None:
+        if leading or name != PROVISIONER_LEASE or self.happened:
+            return
+        self.happened = True
+        if self.how == "conflict":
+            self.fault = self.cluster.faults.add(409, verb="update", resource="leases", name=name)
+        else:
+            asyncio.run_coroutine_threadsafe(self._land(name), self.loop).result(timeout=10)
+
+    async def _land(self, name: str) -> None:
+        now = leadership.format_microtime(datetime.datetime.now(datetime.UTC))
+        self.cluster.patch("leases", NAMESPACE, name, {"spec": {"renewTime": now}})
+
+
+@pytest.mark.parametrize("how", ["landed", "conflict"])
+async def test_a_release_that_meets_a_conflict_reads_again_and_releases(
+    cluster: EmulatedCluster, driver: Driver, settings: Settings, how: Literal["landed", "conflict"]
+) -> None:
+    started: list[Replica] = []
+    try:
+        first, second = await leader_and_standby(settings, started)
+        assert first.elector is not None
+        collision = Collision(cluster, how)
+        first.elector.observers = (*first.elector.observers, collision)
+
+        await first.stop()  # a clean stop: stop renewing, then release
+        released_at = time.monotonic()
+        assert collision.happened
+        assert collision.fault is None or collision.fault.times == 0  # the release met the 409
+        assert holder(cluster) in ("", "replica-b")  # released, not left to expire
+        await second.wait_leading()
+        assert time.monotonic() - released_at < FAST.lease_duration  # no wait for expiry
+        spec = lease(cluster)["spec"]
+        assert spec["holderIdentity"] == "replica-b"
+        assert spec["leaseTransitions"] == 1
+    finally:
+        await stopped(*started)
