@@ -53,3 +53,16 @@ async def test_a_refused_event_is_logged_not_raised(
         await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
     [posted] = cluster.objects("events", namespace="default")
     assert posted["count"] == 1
+
+
+async def test_an_unreachable_api_loses_the_event_only(
+    tmp_path: pathlib.Path, unused_tcp_port: int
+) -> None:
+    """Events are best effort: a refused connection is logged, and the caller carries on."""
+    gone = EmulatedCluster(port=unused_tcp_port)  # never started: nothing listens there
+    kubeconfig = gone.write_kubeconfig(tmp_path / "gone.json")
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        with structlog.testing.capture_logs() as logs:
+            await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
+    assert [e["event"] for e in logs] == ["event_not_posted"]

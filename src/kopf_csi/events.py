@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import structlog
 
 from kopf_csi import kube
@@ -70,7 +71,8 @@ class Recorder:
                 return
             body = self._event(obj, type_=type_, reason=reason, message=message)
             created = await self.api.create(kube.EVENTS, body)
-        except kube.KubeError as exc:
+        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+            # Events are best effort: an API that refuses or cannot be reached loses only this.
             log.warning("event_not_posted", reason=reason, object_uid=uid, error=str(exc))
             self._posted.pop(key, None)
             return

@@ -45,7 +45,7 @@ import datetime
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -306,6 +306,7 @@ class Elector:
         on_lost: Callable[[str], Coroutine[Any, Any, None]] | None = None,
         observers: Sequence[Callable[[str, bool], object]] = (),
         clock: Callable[[], float] = time.monotonic,
+        managers: Mapping[str, str] | None = None,  # Lease name → field manager of its writes
     ) -> None:
         validate(config)
         if not leases:
@@ -317,8 +318,15 @@ class Elector:
         self.on_lost = on_lost
         self.observers = tuple(observers)  # (lease, leading): e.g. the leader gauge of metrics
         identity, duration = self.identity, duration_seconds(config.lease_duration)
+        managers = managers or {}
         self.candidates = tuple(
-            Candidate(api, name=n, namespace=namespace, identity=identity, duration=duration)
+            Candidate(
+                api.as_manager(managers[n]) if n in managers else api,
+                name=n,
+                namespace=namespace,
+                identity=identity,
+                duration=duration,
+            )
             for n in leases
         )
         for candidate in self.candidates:
@@ -475,7 +483,7 @@ class Elector:
             component = names.LEASE_EVENT_COMPONENT.format(
                 lease=candidate.name, identity=self.identity
             )
-            recorder = events.Recorder(self.api, component=component)
+            recorder = events.Recorder(candidate.api, component=component)
             message = template.format(identity=self.identity)
             await recorder.post(
                 candidate.lease, type_=events.NORMAL, reason=names.LEASE_EVENT_REASON,

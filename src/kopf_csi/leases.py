@@ -78,6 +78,20 @@ class Role(enum.Enum):
     def lease_name(self, driver_name: str) -> str:
         return names.lease_name(self.value, driver_name)
 
+    @property
+    def manager(self) -> str:
+        """The Go sidecar's field manager: its Lease writes show up under that name."""
+        return _MANAGERS[self]
+
+
+_MANAGERS: Mapping[Role, str] = {
+    Role.PROVISIONER: names.MANAGER_PROVISIONER,
+    Role.ATTACHER: names.MANAGER_ATTACHER,
+    Role.RESIZER: names.MANAGER_RESIZER,
+    Role.SNAPSHOTTER: names.MANAGER_SNAPSHOTTER,
+    Role.HEALTH_MONITOR: names.MANAGER_HEALTH_MONITOR,
+}
+
 
 ROLE_HANDLERS: Mapping[str, Role] = {
     "provisioner.start": Role.PROVISIONER,

@@ -286,6 +286,7 @@ async def lead(memo: Any, *, driver_name: str) -> None:
         elector = leadership.Elector(
             memo.api,
             leases=[role.lease_name(driver_name) for role in roles],
+            managers={role.lease_name(driver_name): role.manager for role in roles},
             namespace=config.namespace or settings.kube.namespace,
             identity=leadership.default_identity(config.identity),
             config=config,

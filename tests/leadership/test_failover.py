@@ -34,7 +34,7 @@ from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import ControllerManager
 
-from ..conftest import DRIVER_NAME, seed_node, until
+from ..conftest import DRIVER_NAME, field_managers, seed_node, until
 from .conftest import FAST, MODULES, Replica, start_replica
 
 NAMESPACE = "default"
@@ -320,6 +320,9 @@ async def test_every_role_has_its_lease_and_a_go_attacher_keeps_us_standby(
         assert holder(cluster, ATTACHER_LEASE) == "replica-a"
         assert getattr(replica.memo, "attacher", None) is not None
         assert lease(cluster, ATTACHER_LEASE)["spec"]["leaseTransitions"] == 5
+        # Each Lease is written under the Go sidecar's name, as that sidecar writes it.
+        assert ("csi-provisioner", None) in field_managers(lease(cluster, PROVISIONER_LEASE))
+        assert ("csi-attacher", None) in field_managers(lease(cluster, ATTACHER_LEASE))
     finally:
         await go.stop()
         await replica.stop()
