@@ -14,6 +14,7 @@ handle, or after a final error. While it is there, a deleted content is not rele
 
 from __future__ import annotations
 
+import collections
 import datetime
 import time
 from collections.abc import Mapping
@@ -36,6 +37,8 @@ from kopf_csi.snapshotting.errors import (
     quoted,
 )
 from kopf_csi.snapshotting.options import SnapshotterOptions
+
+DELETED_REMEMBERED = 10_000
 
 __all__ = ["ContentCache", "Snapshotter"]
 
@@ -84,6 +87,9 @@ class Snapshotter:
         self.options = options
         self.contents = ContentCache()
         self.classes = Cache()
+        self.deleted_on_driver: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """UIDs of contents whose DeleteSnapshot succeeded and whose writes are not done yet:
+        a retry of those writes never deletes on the driver again."""
         self._seen: dict[str, Body] = {}
 
     # -- watch events --------------------------------------------------------------------------
@@ -355,6 +361,31 @@ class Snapshotter:
 
     async def _delete(self, content: Body) -> Outcome:
         """`deleteCSISnapshotOperation`, then `removeContentFinalizer` at once."""
+        uid = str(content["metadata"].get("uid", ""))
+        if uid not in self.deleted_on_driver:
+            outcome = await self._delete_on_driver(content)
+            if outcome is not None:
+                return outcome
+            self.deleted_on_driver[uid] = None
+            while len(self.deleted_on_driver) > DELETED_REMEMBERED:
+                self.deleted_on_driver.popitem(last=False)
+        try:
+            cleared = await self._write(content, decisions.cleared_status_patch(), status=True)
+        except SnapshotError as exc:
+            log.warning("snapshot_status_not_cleared", error=exc.message)
+            await self._event(
+                content,
+                names.REASON_SNAPSHOT_DELETE_ERROR,
+                names.MESSAGE_SNAPSHOT_CLEAR_STATUS_FAILED,
+            )
+            return RETRY
+        outcome = await self._release(cleared)
+        if outcome == DONE:
+            self.deleted_on_driver.pop(uid, None)
+        return outcome
+
+    async def _delete_on_driver(self, content: Body) -> Outcome | None:
+        """DeleteSnapshot with the deletion secret; None when it succeeded, else the retry."""
         name = str(content["metadata"]["name"])
         try:
             secrets = await self._credentials_from_annotations(content)
@@ -377,17 +408,7 @@ class Snapshotter:
             )
             return RETRY
         log.info("snapshot_deleted", snapshot_id=handle)
-        try:
-            cleared = await self._write(content, decisions.cleared_status_patch(), status=True)
-        except SnapshotError as exc:
-            log.warning("snapshot_status_not_cleared", error=exc.message)
-            await self._event(
-                content,
-                names.REASON_SNAPSHOT_DELETE_ERROR,
-                names.MESSAGE_SNAPSHOT_CLEAR_STATUS_FAILED,
-            )
-            return RETRY
-        return await self._release(cleared)
+        return None
 
     async def _call_delete(
         self, name: str, handle: str | None, secrets: dict[str, str] | None
@@ -398,17 +419,48 @@ class Snapshotter:
         await self.csi.delete_snapshot(request, timeout=self.options.timeout)
 
     async def _release(self, content: Body) -> Outcome:
-        """`removeContentFinalizer`: only the bound-protection finalizer, nothing else."""
-        patch = decisions.release_patch(content)
-        if patch is None:
-            return DONE
-        try:
-            await self._write(content, patch, patch_type="json")
-        except SnapshotError as exc:
-            log.warning("content_not_released", error=exc.message)
-            return RETRY
-        log.info("content_released", policy=(content.get("spec") or {}).get("deletionPolicy"))
-        return DONE
+        """`removeContentFinalizer`: only the bound-protection finalizer, nothing else.
+
+        The patch tests the finalizers it was computed from; when the snapshot-controller (or
+        anyone) changed them meanwhile, that is a lost race: the content is read again and the
+        patch computed again, at once and quietly.
+        """
+        name = str(content["metadata"]["name"])
+        policy = (content.get("spec") or {}).get("deletionPolicy")
+        for attempt in range(1, kube.STALE_WRITE_ATTEMPTS + 1):
+            patch = decisions.release_patch(content)
+            if patch is None:
+                return DONE
+            try:
+                updated = await self.api.patch(
+                    kube.SNAPSHOT_CONTENTS, name, patch, patch_type="json"
+                )
+            except kube.NotFoundError:
+                return DONE
+            except kube.KubeError as exc:
+                if (
+                    not isinstance(exc, kube.StaleWriteError)
+                    or attempt == kube.STALE_WRITE_ATTEMPTS
+                ):
+                    log.warning(
+                        "content_not_released", error=controller_update_error(name, exc.message)
+                    )
+                    return RETRY
+                log.debug("content_release_raced", error=str(exc))
+            else:
+                self.contents.store(updated)
+                log.info("content_released", policy=policy)
+                return DONE
+            try:
+                fresh = await self.api.get(kube.SNAPSHOT_CONTENTS, name)
+            except kube.KubeError as exc:
+                log.warning("content_not_released", error=str(exc))
+                return RETRY
+            if fresh is None:
+                return DONE
+            self.contents.store(fresh)
+            content = fresh
+        return RETRY  # not reached: the last attempt returns
 
     # -- writes ------------------------------------------------------------------------------------
 

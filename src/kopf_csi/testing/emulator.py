@@ -279,12 +279,16 @@ class Fault:
     times: int | None = 1  # None: until removed
     message: str = "injected fault"
     body: str | None = None  # sent verbatim instead of a Status (e.g. malformed JSON)
+    subresource: str | None = None  # "status"; "" for the object itself; None: either
 
-    def matches(self, *, verb: str, plural: str, name: str | None) -> bool:
-        return all(
-            want is None or want == got
-            for want, got in ((self.verb, verb), (self.resource, plural), (self.name, name))
-        )
+    def matches(
+        self, *, verb: str, plural: str, name: str | None, subresource: str | None = None
+    ) -> bool:
+        wanted = (
+            (self.verb, verb), (self.resource, plural), (self.name, name),
+            (self.subresource, subresource or ""),
+        )  # fmt: skip
+        return all(want is None or want == got for want, got in wanted)
 
 
 class Faults:
@@ -303,11 +307,22 @@ class Faults:
         times: int | None = 1,
         message: str = "injected fault",
         body: str | None = None,
+        subresource: str | None = None,
     ) -> Fault:
         """With `body`, answer `code` with that text as a JSON response (`"{not json"`)."""
-        fault = Fault(code, verb, resource, name, times, message, body)
+        fault = Fault(code, verb, resource, name, times, message, body, subresource)
         self._faults.append(fault)
         return fault
+
+    def lose_race(
+        self, resource: str, name: str | None = None, *, times: int = 1, subresource: str = ""
+    ) -> Fault:
+        """The next patch of the object fails its `test` (someone wrote first): the real 422."""
+        status = apimachinery.failed_test("/metadata/resourceVersion")
+        return self.add(
+            422, verb="patch", resource=resource, name=name, times=times,
+            body=_dumps(status.status()), subresource=subresource,
+        )  # fmt: skip
 
     def remove(self, fault: Fault) -> None:
         if fault in self._faults:
@@ -319,9 +334,11 @@ class Faults:
     def __len__(self) -> int:
         return len(self._faults)
 
-    def take(self, *, verb: str, plural: str, name: str | None) -> Fault | None:
+    def take(
+        self, *, verb: str, plural: str, name: str | None, subresource: str | None = None
+    ) -> Fault | None:
         for fault in self._faults:
-            if fault.matches(verb=verb, plural=plural, name=name):
+            if fault.matches(verb=verb, plural=plural, name=name, subresource=subresource):
                 if fault.times is not None:
                     fault.times -= 1
                     if fault.times <= 0:
@@ -911,7 +928,9 @@ class EmulatedCluster:
         verb = _verb(request.method, target, params)
         if verb is None:
             raise StatusError(405, f"{request.method} is not supported on {request.path}")
-        fault = self.faults.take(verb=verb, plural=kind.plural, name=target.name)
+        fault = self.faults.take(
+            verb=verb, plural=kind.plural, name=target.name, subresource=target.subresource
+        )
         if fault is not None and fault.body is not None:
             return aiohttp.web.Response(
                 status=fault.code, text=fault.body, content_type="application/json"
