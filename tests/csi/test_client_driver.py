@@ -188,7 +188,9 @@ async def test_capabilities_are_read_once_and_cached(
     info = await client.driver_info()
     assert await client.driver_info() is info
     assert info.name == NAME
-    assert info.plugin_capabilities == {"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS"}
+    assert info.plugin_capabilities == {
+        "CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS", "GROUP_CONTROLLER_SERVICE",
+    }  # fmt: skip
     assert info.volume_expansion == {"ONLINE"}
     assert info.controller_capabilities >= {
         "CREATE_DELETE_VOLUME", "PUBLISH_UNPUBLISH_VOLUME", "LIST_VOLUMES", "GET_CAPACITY",
