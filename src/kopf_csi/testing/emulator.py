@@ -103,6 +103,21 @@ KINDS: tuple[Kind, ...] = (
         status=True,
     ),
     Kind("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", "VolumeSnapshotClass", False),
+    *(
+        Kind(
+            "groupsnapshot.storage.k8s.io",
+            "v1",
+            plural,
+            kind,
+            kind == "VolumeGroupSnapshot",
+            status,
+        )
+        for plural, kind, status in (
+            ("volumegroupsnapshots", "VolumeGroupSnapshot", True),
+            ("volumegroupsnapshotcontents", "VolumeGroupSnapshotContent", True),
+            ("volumegroupsnapshotclasses", "VolumeGroupSnapshotClass", False),
+        )
+    ),
 )
 """What the operator and the controller stand-ins touch. Core ``events`` wins the bare name."""
 
