@@ -17,7 +17,10 @@ We test these aspects:
 - failure codes through fault injection: a final one removes the annotation and reports Go's
   texts in `status.error` and a `GroupSnapshotCreationFailed` event, then the retry succeeds;
   a non-final one keeps the annotation; a failing delete says `GroupSnapshotDeleteError`;
-- a not-ready group is polled with GetVolumeGroupSnapshot until it is ready;
+- a not-ready group is polled with GetVolumeGroupSnapshot until it is ready; so is a
+  pre-provisioned content, which, deleted while unbound, is deleted on the driver;
+- a guarded status write that loses a race (409, 422) is re-read and retried quietly: no
+  event, no second CreateVolumeGroupSnapshot;
 - a restart mid-operation: the operator stops while CreateVolumeGroupSnapshot hangs; the
   next operator finishes it with one group on the driver, and no second one;
 - `--enable-volume-group-snapshots=false`, or a driver without GROUP_CONTROLLER_SERVICE: idle.
@@ -26,13 +29,15 @@ We test these aspects:
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 
 from kopf_csi import names
-from kopf_csi.csi import Code
+from kopf_csi.csi import Code, CSIClient
+from kopf_csi.csi import messages as csi
 from kopf_csi.driver import Driver, Features
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import Body, EmulatedCluster
@@ -40,7 +45,7 @@ from kopf_csi.testing.groupsnapshots import GroupSnapshotController, group_conte
 from kopf_csi.testing.operator import OperatorThread, running_operator
 from kopf_csi.testing.spies import Calls, SecretsSeen
 
-from ..provisioner.conftest import settled, wait_for_event, wait_for_gone
+from ..provisioner.conftest import events_for, settled, wait_for_event, wait_for_gone
 from .conftest import FAST, NAMESPACE, make_claim, make_secret, source_claim, until, wait_for_bound
 
 pytestmark = pytest.mark.usefixtures("kcm")
@@ -414,3 +419,72 @@ async def test_a_driver_without_the_service_leaves_it_idle(
     await until(lambda: hasattr(operator.memo, "group_snapshotter"))
     assert operator.memo.group_snapshotter is None
     assert calls.count("GroupControllerGetCapabilities") == 0
+
+
+@pytest.mark.parametrize("code", [409, 422])
+async def test_a_lost_status_write_is_retried_quietly(
+    cluster: EmulatedCluster,
+    operator: OperatorThread,
+    groupsnapshots: GroupSnapshotController,
+    driver: Driver,
+    calls: Calls,
+    code: int,
+) -> None:
+    """Someone wrote the content between our read and our guarded status write: re-read and
+    write again at once; no Warning event, and no second CreateVolumeGroupSnapshot."""
+    await labelled_claims(cluster, operator)
+    make_group_class(cluster)
+    driver.faults.delay("CreateVolumeGroupSnapshot", seconds=0.5, times=1)
+    group = make_group(cluster)
+    await until(lambda: (c := group_content(cluster, group)) is not None and _annotated(c))
+    # The annotation's patch is done; the next patch of the content is the status write.
+    cluster.faults.add(code, verb="patch", resource="volumegroupsnapshotcontents", times=1)
+    found = await ready_group_content(cluster, group)
+    assert len(cluster.faults) == 0  # the injected conflict was met
+    assert calls.count("CreateVolumeGroupSnapshot") == 1
+    assert [e for e in events_for(cluster, found) if e["type"] == "Warning"] == []
+    assert "error" not in found["status"]
+
+
+async def test_a_preprovisioned_group_is_polled_and_deleted(
+    cluster: EmulatedCluster,
+    operator: OperatorThread,
+    driver: Driver,
+    calls: Calls,
+    socket_path: pathlib.Path,
+) -> None:
+    """A VolumeGroupSnapshotContent for a group that already exists on the driver: its status
+    comes from GetVolumeGroupSnapshot with its snapshot handles; deleted while unbound, under
+    deletionPolicy Delete, it is deleted on the driver through the group."""
+    handles = await labelled_claims(cluster, operator)
+    async with CSIClient(str(socket_path)) as client:
+        request = csi.CreateVolumeGroupSnapshotRequest(name="imported", source_volume_ids=handles)
+        existing = (await client.create_volume_group_snapshot(request)).group_snapshot
+    assert existing is not None
+    ids = [s.snapshot_id for s in existing.snapshots]
+    cluster.create(
+        "volumegroupsnapshotcontents",
+        {"apiVersion": "groupsnapshot.storage.k8s.io/v1", "kind": "VolumeGroupSnapshotContent",
+         "metadata": {"name": "imported",
+                      "finalizers": [names.FINALIZER_GROUP_SNAPSHOT_CONTENT_BOUND]},
+         "spec": {"driver": driver.config.name, "deletionPolicy": "Delete",
+                  "source": {"groupSnapshotHandles": {
+                      "volumeGroupSnapshotHandle": existing.group_snapshot_id,
+                      "volumeSnapshotHandles": ids}},
+                  "volumeGroupSnapshotRef": {"name": "g", "namespace": NAMESPACE}}},
+    )  # fmt: skip
+
+    def ready() -> Body | None:
+        found = cluster.get("volumegroupsnapshotcontents", None, "imported")
+        return found if found and (found.get("status") or {}).get("readyToUse") else None
+
+    found = await until(ready)
+    assert found["status"]["volumeGroupSnapshotHandle"] == existing.group_snapshot_id
+    assert {i["snapshotHandle"] for i in found["status"]["volumeSnapshotInfoList"]} == set(ids)
+    assert calls.count("GetVolumeGroupSnapshot") >= 1
+    assert calls.count("CreateVolumeGroupSnapshot") == 1  # ours, above
+
+    cluster.delete("volumegroupsnapshotcontents", None, "imported")
+    await wait_for_gone(cluster, "volumegroupsnapshotcontents", "imported")
+    assert driver.state.groups == {}
+    assert calls.count("DeleteVolumeGroupSnapshot") == 1

@@ -32,17 +32,15 @@ from kopf_csi.provisioning.gofmt import go_list, go_quote
 from kopf_csi.queueing import RETRY, Outcome
 from kopf_csi.snapshotting import groups, parameters
 from kopf_csi.snapshotting.contents import ContentController, Texts, now_rfc3339, read_secret
-from kopf_csi.snapshotting.errors import (
-    SnapshotError,
-    error_text,
-    quoted,
-)
+from kopf_csi.snapshotting.errors import SnapshotError, controller_update_error, error_text, quoted
 from kopf_csi.snapshotting.operations import nanoseconds
 
 __all__ = ["GroupSnapshotter"]
 
 log = structlog.get_logger("kopf_csi.snapshotter")
 Body = Mapping[str, Any]
+CONFLICT_RETRIES = 5
+"""Status writes lost to a concurrent writer, re-read and retried at once, before giving up."""
 
 
 def _rfc3339(when: datetime.datetime | None) -> str:
@@ -313,10 +311,49 @@ class GroupSnapshotter(ContentController):
     async def _save_status(
         self, content: Body, answer: csi.VolumeGroupSnapshot, *, handle: str | None = None
     ) -> Body:
-        """`updateGroupSnapshotContentStatus`: read the content from the API, fill its status."""
+        """`updateGroupSnapshotContentStatus`: read the content from the API, fill its status.
+
+        The write is guarded by the resourceVersion it was computed from. A 409/422 means that
+        someone wrote first: read again and retry at once, quietly (the driver's answer is in
+        hand; failing here would call the driver again for work that already succeeded).
+        """
+        for _ in range(CONFLICT_RETRIES):
+            fresh = await self._read(content)
+            status = groups.updated_status(
+                fresh.get("status"),
+                handle=handle or answer.group_snapshot_id,
+                ready=bool(answer.ready_to_use),
+                created=_rfc3339(answer.creation_time),
+                members=_members(answer),
+            )
+            if status is None:
+                return fresh
+            version = str((fresh.get("metadata") or {}).get("resourceVersion") or "")
+            patch = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+                {"op": "add", "path": "/status", "value": status},
+            ]
+            name = str(fresh["metadata"]["name"])
+            try:
+                updated = await self.api.patch(
+                    self.resource, name, patch, patch_type="json", subresource="status"
+                )
+            except kube.KubeError as exc:
+                if exc.status in (409, 422):
+                    log.info("group_status_conflict", error=exc.message)
+                    continue
+                raise SnapshotError(
+                    controller_update_error(name, exc.message), content=fresh
+                ) from None
+            self.contents.store(updated)
+            return updated
+        name = str(content["metadata"]["name"])
+        raise SnapshotError(controller_update_error(name, "conflicts kept coming"), content=content)
+
+    async def _read(self, content: Body) -> Body:
         name = str(content["metadata"]["name"])
         try:
-            fresh = await self.api.get(kube.GROUP_SNAPSHOT_CONTENTS, name)
+            fresh = await self.api.get(self.resource, name)
         except kube.KubeError as exc:
             error = exc.message
         else:
@@ -325,20 +362,6 @@ class GroupSnapshotter(ContentController):
             message = names.ERROR_GROUP_SNAPSHOT_GET_CONTENT.format(content=name, error=error)
             raise SnapshotError(message, content=content)
         self.contents.store(fresh)
-        status = groups.updated_status(
-            fresh.get("status"),
-            handle=handle or answer.group_snapshot_id,
-            ready=bool(answer.ready_to_use),
-            created=_rfc3339(answer.creation_time),
-            members=_members(answer),
-        )
-        if status is None:
-            return fresh
-        version = str((fresh.get("metadata") or {}).get("resourceVersion") or "")
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-            {"op": "add", "path": "/status", "value": status},
-        ]
-        return await self._write(fresh, patch, status=True, patch_type="json")
+        return fresh
 
     # -- secrets -----------------------------------------------------------------------------------
