@@ -6,7 +6,8 @@ We test these aspects:
 - a source that is not Bound yet, or bigger than the clone: the Go message, then provisioned
   when the source is ready (nothing is created meanwhile);
 - a restore sends the snapshot handle of the bound, ready VolumeSnapshotContent; the snapshot is
-  protected by its finalizer while the volume is made, and released after;
+  protected by its finalizer while the volume is made, and released after; a release that
+  loses a race (409, 422) is read again and retried at once;
 - a snapshot that is not ready: the Go message, then restored once it is;
 - a data source of another kind is left to a populator, with the reference's Normal event.
 """
@@ -251,3 +252,29 @@ async def test_other_data_source_kinds_are_left_to_a_populator(
         duration=0.2,
         what="nothing provisioned, nothing failed",
     )
+
+
+@pytest.mark.parametrize("code", [409, 422])
+async def test_a_lost_release_of_the_restored_snapshot_is_retried_at_once(
+    cluster: EmulatedCluster,
+    operator: OperatorThread,
+    driver: Driver,
+    csi_client: CSIClient,
+    code: int,
+) -> None:
+    """The snapshot was written between our read and the guarded release (a snapshot-controller
+    removing its own finalizer): read it again and release, not 5 minutes later by the sweep."""
+    await make_storage_class(cluster, operator)
+    source_pv = await wait_for_bound(cluster, make_claim(cluster, "source"))
+    await make_snapshot(cluster, csi_client, source_pv)
+    driver.faults.delay("CreateVolume", seconds=0.5, times=1)
+    make_claim(cluster, "restored", data_source=FROM_SNAPSHOT)
+
+    def protected() -> bool:
+        snap = cluster.get("volumesnapshots", NAMESPACE, "snap") or {}
+        return bool(snap.get("metadata", {}).get("finalizers"))
+
+    await wait_until(protected, what="the snapshot protected")
+    cluster.faults.add(code, verb="patch", resource="volumesnapshots", times=1)
+    await wait_until(lambda: not protected(), what="the snapshot released", timeout=3.0)
+    assert len(cluster.faults) == 0  # the injected conflict was met

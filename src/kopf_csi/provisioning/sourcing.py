@@ -26,6 +26,9 @@ from kopf_csi.queueing import DONE, RETRY, Outcome
 
 __all__ = ["Sources"]
 
+RELEASE_ATTEMPTS = 5
+"""Guarded finalizer releases lost to a concurrent writer (409/422), re-read and retried."""
+
 log = structlog.get_logger("kopf_csi.provisioning")
 Body = Mapping[str, Any]
 
@@ -96,13 +99,20 @@ class Sources:
         ref = sources.data_source(claim)
         if ref is None or ref.kind != names.KIND_VOLUME_SNAPSHOT:
             return
-        try:
-            snapshot = await self.api.get(kube.SNAPSHOTS, ref.name, ref.namespace)
-            finalizers = protection.release_snapshot_source(snapshot) if snapshot else None
-            if snapshot is not None and finalizers is not None:
-                await replace_finalizers(self.api, kube.SNAPSHOTS, snapshot, finalizers)
-        except (kube.KubeError, ProvisioningError) as exc:
-            log.warning("snapshot_release_failed", snapshot=ref.name, error=str(exc))
+        for _ in range(RELEASE_ATTEMPTS):
+            try:
+                snapshot = await self.api.get(kube.SNAPSHOTS, ref.name, ref.namespace)
+                finalizers = protection.release_snapshot_source(snapshot) if snapshot else None
+                if snapshot is not None and finalizers is not None:
+                    await replace_finalizers(self.api, kube.SNAPSHOTS, snapshot, finalizers)
+            except kube.KubeError as exc:
+                if exc.status in (409, 422):  # written meanwhile (the snapshot-controller): again
+                    continue
+                log.warning("snapshot_release_failed", snapshot=ref.name, error=str(exc))
+            except ProvisioningError as exc:
+                log.warning("snapshot_release_failed", snapshot=ref.name, error=str(exc))
+            return
+        log.warning("snapshot_release_failed", snapshot=ref.name, error="conflicts kept coming")
 
     # -- source protection controllers ---------------------------------------------------------
 
