@@ -14,15 +14,13 @@ the cluster's snapshot-controller's business, not ours.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
 import structlog
 
-from kopf_csi import events, kube, metrics, names, runtime
-from kopf_csi.queueing import WorkQueue
+from kopf_csi import events, kube, names, runtime
+from kopf_csi.snapshotting import running
 from kopf_csi.snapshotting.operations import Snapshotter
 
 log = structlog.get_logger("kopf_csi.snapshotter")
@@ -49,11 +47,10 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         options=options,
     )
     # The informers' first LIST (WaitForCacheSync), classes first: they decide what is ours.
-    try:
-        for snapshot_class in await memo.api.list(kube.SNAPSHOT_CLASSES):
-            snapshotter.classes.store(snapshot_class)
-        contents = await memo.api.list(kube.SNAPSHOT_CONTENTS)
-    except kube.NotFoundError:
+    queue = await running.start(
+        memo, snapshotter, queue_name="csi-snapshotter-content", classes=kube.SNAPSHOT_CLASSES
+    )
+    if queue is None:
         # Decided once: kopf watches only the resources served at its start (runtime.py), so
         # CRDs installed later need a restart (docs/operations.md, "RBAC").
         log.warning(
@@ -62,63 +59,16 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
             hint="install the snapshot CRDs, then restart the operator",
         )
         return
-    queue: WorkQueue[str] = WorkQueue(
-        name="csi-snapshotter-content",
-        process=snapshotter.sync,
-        workers=options.workers,
-        backoff_start=options.retry_interval_start,
-        backoff_max=options.retry_interval_max,
-        observer=metrics.from_memo(memo),
-    )
     memo.snapshotter, memo.snapshotter_queue = snapshotter, queue
-    queue.start()
-    for content in contents:
-        if snapshotter.observe(content):
-            queue.add(content["metadata"]["name"])
-    resync = asyncio.create_task(_resync(snapshotter, queue), name="snapshotter-resync")
-    memo.stoppers.append(_stopper(queue, resync))
     log.info("snapshotter_started", contents=len(snapshotter.contents))
-
-
-def _stopper(queue: WorkQueue[str], resync: asyncio.Task[None]) -> Callable[[], Awaitable[None]]:
-    async def stop() -> None:
-        resync.cancel()
-        await asyncio.gather(resync, return_exceptions=True)
-        await queue.stop(grace=5.0)
-
-    return stop
-
-
-async def _resync(snapshotter: Snapshotter, queue: WorkQueue[str]) -> None:
-    """`--resync-period`: look again at every content that is not settled (not ready yet, or
-    being deleted), in case an event was missed."""
-    while True:
-        await asyncio.sleep(snapshotter.options.resync_period)
-        for name in snapshotter.unsettled():
-            queue.add(name)
 
 
 @kopf.on.event("snapshot.storage.k8s.io", "v1", "volumesnapshotcontents", id="snapshotter.contents")
 async def content_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
-    snapshotter: Snapshotter | None = getattr(memo, "snapshotter", None)
-    if snapshotter is None:
-        return
-    content = event["object"]
-    name = content["metadata"]["name"]
-    if event.get("type") == "DELETED":
-        snapshotter.observe(content, deleted=True)
-        memo.snapshotter_queue.discard(name)
-        return
-    if snapshotter.observe(content):
-        memo.snapshotter_queue.add(name)
+    controller = getattr(memo, "snapshotter", None)
+    running.content_event(controller, getattr(memo, "snapshotter_queue", None), event)
 
 
 @kopf.on.event("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", id="snapshotter.classes")
 async def class_changed(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
-    snapshotter: Snapshotter | None = getattr(memo, "snapshotter", None)
-    if snapshotter is None:
-        return
-    if event.get("type") == "DELETED":
-        snapshotter.classes.remove(event["object"])
-    else:
-        snapshotter.classes.store(event["object"])
+    running.class_event(getattr(memo, "snapshotter", None), event)

@@ -32,6 +32,9 @@ __all__ = [
     "CSINODES",
     "CSI_STORAGE_CAPACITIES",
     "EVENTS",
+    "GROUP_SNAPSHOTS",
+    "GROUP_SNAPSHOT_CLASSES",
+    "GROUP_SNAPSHOT_CONTENTS",
     "LEASES",
     "NODES",
     "SECRETS",
@@ -104,6 +107,15 @@ SNAPSHOT_CONTENTS = Resource(
 )
 SNAPSHOT_CLASSES = Resource(
     "snapshot.storage.k8s.io", "v1", "volumesnapshotclasses", namespaced=False
+)
+GROUP_SNAPSHOTS = Resource(
+    "groupsnapshot.storage.k8s.io", "v1", "volumegroupsnapshots", namespaced=True
+)
+GROUP_SNAPSHOT_CONTENTS = Resource(
+    "groupsnapshot.storage.k8s.io", "v1", "volumegroupsnapshotcontents", namespaced=False
+)
+GROUP_SNAPSHOT_CLASSES = Resource(
+    "groupsnapshot.storage.k8s.io", "v1", "volumegroupsnapshotclasses", namespaced=False
 )
 
 

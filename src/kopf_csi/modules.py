@@ -26,6 +26,7 @@ DEFAULT_MODULES = (
     "handlers.attacher",
     "handlers.health",
     "handlers.snapshotter",
+    "handlers.groupsnapshotter",
     "handlers.resizer",
 )
 """Start-up first (it fills the memo the others wait for), then the caches, then controllers."""

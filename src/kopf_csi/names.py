@@ -480,6 +480,139 @@ ERROR_SNAPSHOT_NAME_RESOLVED_INVALID: Final = (
 )
 ERROR_SNAPSHOT_NAME_INVALID: Final = "{quoted} is not a valid secret name"
 
+# --- csi-snapshotter's group snapshot controller (groupsnapshot.storage.k8s.io/v1) ---
+# (pkg/utils/util.go, pkg/sidecar-controller/groupsnapshot_helper.go, csi_handler.go,
+# pkg/group_snapshotter/group_snapshotter.go, cmd/csi-snapshotter/main.go at the snapshot in
+# sidecars.md §0)
+
+KIND_VOLUME_GROUP_SNAPSHOT: Final = "VolumeGroupSnapshot"
+ANN_GROUP_SNAPSHOT_BEING_CREATED: Final = (
+    "groupsnapshot.storage.kubernetes.io/volumegroupsnapshot-being-created"
+)
+"""On VGSCs, ours: saved before CreateVolumeGroupSnapshot, removed after its success or a final
+error; while it is there, a deleted group content is never released."""
+ANN_GROUP_SNAPSHOT_BEING_DELETED: Final = (
+    "groupsnapshot.storage.kubernetes.io/volumegroupsnapshot-being-deleted"
+)
+"""On VGSCs, set by the snapshot-controller once the VolumeGroupSnapshot is being deleted."""
+ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAME: Final = (
+    "groupsnapshot.storage.kubernetes.io/deletion-secret-name"
+)
+ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAMESPACE: Final = (
+    "groupsnapshot.storage.kubernetes.io/deletion-secret-namespace"
+)
+"""On VGSCs, set by the snapshot-controller: the secret of the create and delete calls."""
+ANN_GROUP_SNAPSHOT_DEFAULT_CLASS: Final = "groupsnapshot.storage.kubernetes.io/is-default-class"
+FINALIZER_GROUP_SNAPSHOT_CONTENT_BOUND: Final = (
+    "groupsnapshot.storage.kubernetes.io/volumegroupsnapshotcontent-bound-protection"
+)
+"""On VGSCs: added by the snapshot-controller, removed by the sidecar once the group snapshot
+is deleted on the driver (or retained)."""
+FINALIZER_GROUP_SNAPSHOT_BOUND: Final = (
+    "groupsnapshot.storage.kubernetes.io/volumegroupsnapshot-bound-protection"
+)
+FINALIZER_SNAPSHOT_IN_GROUP: Final = (
+    "snapshot.storage.kubernetes.io/volumesnapshot-in-group-protection"
+)
+"""On VolumeGroupSnapshots and member VolumeSnapshots: the snapshot-controller's (the stand-in
+adds them)."""
+LABEL_GROUP_SNAPSHOT_NAME: Final = "groupsnapshot.storage.k8s.io/volumeGroupSnapshotName"
+"""On member VolumeSnapshots: the name of their VolumeGroupSnapshot (the snapshot-controller's)."""
+GROUP_SNAPSHOT_CONTENT_NAME_PREFIX: Final = "groupsnapcontent-"
+"""The snapshot-controller's name of a dynamic VGSC: `groupsnapcontent-<VolumeGroupSnapshot
+uid>`."""
+DEFAULT_GROUP_SNAPSHOT_NAME_PREFIX: Final = "groupsnapshot"
+"""`--groupsnapshot-name-prefix`: the group's CSI name is `<prefix>-<VolumeGroupSnapshot uid>`."""
+PARAM_VOLUME_GROUP_SNAPSHOT_NAME: Final = "csi.storage.k8s.io/volumegroupsnapshot/name"
+PARAM_VOLUME_GROUP_SNAPSHOT_NAMESPACE: Final = "csi.storage.k8s.io/volumegroupsnapshot/namespace"
+PARAM_VOLUME_GROUP_SNAPSHOT_CONTENT_NAME: Final = (
+    "csi.storage.k8s.io/volumegroupsnapshotcontent/name"
+)
+"""Added to the CreateVolumeGroupSnapshot parameters by `--extra-create-metadata`."""
+
+REASON_GROUP_SNAPSHOT_CREATION_FAILED: Final = "GroupSnapshotCreationFailed"
+REASON_GROUP_SNAPSHOT_CHECK_FAILED: Final = "GroupSnapshotContentCheckandUpdateFailed"
+REASON_GROUP_SNAPSHOT_DELETE_ERROR: Final = "GroupSnapshotDeleteError"
+MESSAGE_GROUP_SNAPSHOT_CREATION_FAILED: Final = "Failed to create group snapshot: {error}"
+MESSAGE_GROUP_SNAPSHOT_CHECK_FAILED: Final = (
+    "Failed to check and update group snapshot content: {error}"
+)
+MESSAGE_GROUP_SNAPSHOT_CREDENTIALS_FAILED: Final = "Failed to get snapshot credentials"
+MESSAGE_GROUP_SNAPSHOT_DELETE_FAILED: Final = "Failed to delete group snapshot"
+MESSAGE_GROUP_SNAPSHOT_CLEAR_STATUS_FAILED: Final = "Failed to clear content status"
+
+ERROR_GROUP_SNAPSHOT_INPUT: Final = (
+    "failed to get input parameters to create group snapshot for group snapshot content"
+    " {content}: {quoted}"
+)
+ERROR_GROUP_SNAPSHOT_WITHOUT_CLASS: Final = (
+    "failed to take group snapshot {content} without a group snapshot class"
+)
+ERROR_GROUP_SNAPSHOT_CLASS_NOT_FOUND: Final = (
+    'volumegroupsnapshotclass.groupsnapshot.storage.k8s.io "{name}" not found'
+)
+ERROR_GROUP_SNAPSHOT_SECRET_UNSPECIFIED: Final = (
+    "cannot retrieve secrets for group snapshot content {quoted}, err: secret name or namespace"
+    " not specified"
+)
+ERROR_GROUP_SNAPSHOT_CREDENTIALS: Final = (
+    "cannot get credentials for group snapshot content {quoted}"
+)
+ERROR_GROUP_SNAPSHOT_SET_BEING_CREATED: Final = (
+    "failed to add VolumeGroupSnapshotBeingCreated annotation on the group snapshot content"
+    " {content}: {quoted}"
+)
+ERROR_GROUP_SNAPSHOT_REMOVE_BEING_CREATED_FINAL: Final = (
+    "failed to remove VolumeGroupSnapshotBeingCreated annotation from the group snapshot content"
+    " {content}: {error}"
+)
+ERROR_GROUP_SNAPSHOT_REMOVE_BEING_CREATED: Final = (
+    "failed to remove VolumeGroupSnapshotBeingCreated annotation on the groupSnapshotContent"
+    " {content}: {quoted}"
+)
+ERROR_GROUP_SNAPSHOT_NOT_BOUND: Final = (
+    "cannot create group snapshot. Group snapshot content {content} not bound to a group snapshot"
+)
+ERROR_GROUP_SNAPSHOT_TAKE: Final = (
+    "failed to take group snapshot of the volumes {volumes}: {quoted}"
+)
+ERROR_GROUP_SNAPSHOT_UPDATE_STATUS: Final = (
+    "error updating status for volume group snapshot content {content}: {error}"
+)
+ERROR_GROUP_SNAPSHOT_GET_CONTENT: Final = (
+    "error get group snapshot content {content} from api server: {error}"
+)
+ERROR_GROUP_SNAPSHOT_GET_CLASS: Final = (
+    "failed to get group snapshot class {name} for group snapshot content {content}: {error}"
+)
+ERROR_GROUP_SNAPSHOT_SECRET_REFERENCE: Final = (
+    "failed to get secret reference for group snapshot content {content}: {error}"
+)
+ERROR_GROUP_SNAPSHOT_GET_CREDENTIALS: Final = (
+    "failed to get credentials for group snapshot content {content}: {error}"
+)
+ERROR_GROUP_SNAPSHOT_NO_VOLUMES: Final = (
+    "cannot create group snapshot. PVCs to be snapshotted not found in group snapshot content"
+    " {content}"
+)
+ERROR_GROUP_SNAPSHOT_STATUS: Final = (
+    "failed to list group snapshot for group snapshot content {content}: {quoted}"
+)
+ERROR_GROUP_SNAPSHOT_STATUS_NO_IDS: Final = (
+    "cannot list group snapshot {content}. No snapshots found in the group snapshot content"
+)
+ERROR_GROUP_SNAPSHOT_STATUS_NO_HANDLE: Final = (
+    "failed to list group snapshot for group snapshot content {content}: groupSnapshotHandle is"
+    " missing"
+)
+ERROR_GROUP_SNAPSHOT_DELETE: Final = "failed to delete group snapshot {quoted}, err: {error}"
+ERROR_GROUP_SNAPSHOT_DELETE_NO_IDS: Final = (
+    "cannot delete group snapshot content {content}. No snapshots found in the group snapshot"
+)
+ERROR_GROUP_SNAPSHOT_DELETE_NO_HANDLE: Final = (
+    "failed to delete group snapshot content {content}: groupsnapshotHandle is missing"
+)
+
 # --- leader election: the Go sidecars' Lease names (coordination.k8s.io/v1, `--leader-election`)
 # external-provisioner cmd/csi-provisioner (the driver name, `/` → `-`), external-attacher
 # cmd/csi-attacher/main.go, external-resizer cmd/csi-resizer/main.go, external-snapshotter

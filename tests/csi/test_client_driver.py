@@ -188,7 +188,9 @@ async def test_capabilities_are_read_once_and_cached(
     info = await client.driver_info()
     assert await client.driver_info() is info
     assert info.name == NAME
-    assert info.plugin_capabilities == {"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS"}
+    assert info.plugin_capabilities == {
+        "CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS", "GROUP_CONTROLLER_SERVICE",
+    }  # fmt: skip
     assert info.volume_expansion == {"ONLINE"}
     assert info.controller_capabilities >= {
         "CREATE_DELETE_VOLUME", "PUBLISH_UNPUBLISH_VOLUME", "LIST_VOLUMES", "GET_CAPACITY",
@@ -196,16 +198,18 @@ async def test_capabilities_are_read_once_and_cached(
         "EXPAND_VOLUME", "MODIFY_VOLUME", "GET_VOLUME", "VOLUME_CONDITION",
         "LIST_VOLUMES_PUBLISHED_NODES",
     }  # fmt: skip
+    assert info.group_controller_capabilities == {"CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"}
+    assert info.has_group_controller("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT")
     node = await client.node_capabilities()
     assert await client.node_capabilities() is node
     assert node >= {"STAGE_UNSTAGE_VOLUME", "EXPAND_VOLUME", "GET_VOLUME_STATS"}
     assert [name for name, _ in calls] == [
         "GetPluginInfo", "GetPluginCapabilities", "ControllerGetCapabilities",
-        "NodeGetCapabilities",
+        "GroupControllerGetCapabilities", "NodeGetCapabilities",
     ]  # fmt: skip
     await client.driver_info(refresh=True)
     await client.node_capabilities(refresh=True)
-    assert len(calls) == 8
+    assert len(calls) == 10
 
 
 async def test_a_volume_is_created_published_unpublished_and_deleted(

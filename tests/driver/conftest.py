@@ -1,8 +1,8 @@
 """Fixtures for the reference driver: a running driver on a real unix socket, and its stubs.
 
 `start` starts a driver with any config overrides (`await start(features=Features(...))`);
-`driver` is one with attach on; `controller`, `node`, `identity` are generated grpclib stubs on
-one channel to the most recently started driver.
+`driver` is one with attach on; `controller`, `groups`, `node`, `identity` are generated grpclib
+stubs on one channel to the most recently started driver.
 """
 
 from __future__ import annotations
@@ -76,6 +76,11 @@ def identity(channel: Channel) -> csi.IdentityStub:
 @pytest.fixture
 def controller(channel: Channel) -> csi.ControllerStub:
     return csi.ControllerStub(channel)
+
+
+@pytest.fixture
+def groups(channel: Channel) -> csi.GroupControllerStub:
+    return csi.GroupControllerStub(channel)
 
 
 @pytest.fixture

@@ -41,14 +41,18 @@ async def test_plugin_capabilities_with_everything(
     response = await identity.get_plugin_capabilities(csi.GetPluginCapabilitiesRequest())
     services = {c.service.type.name for c in response.capabilities if c.service}
     expansion = {c.volume_expansion.type.name for c in response.capabilities if c.volume_expansion}
-    assert services == {"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS"}
+    assert services == {
+        "CONTROLLER_SERVICE",
+        "VOLUME_ACCESSIBILITY_CONSTRAINTS",
+        "GROUP_CONTROLLER_SERVICE",
+    }
     assert expansion == {"ONLINE"}
 
 
 async def test_plugin_capabilities_without_topology_and_expansion(
     start: Start, identity: csi.IdentityStub
 ) -> None:
-    await start(features=Features(topology=False, expansion=False))
+    await start(features=Features(topology=False, expansion=False, group_snapshots=False))
     response = await identity.get_plugin_capabilities(csi.GetPluginCapabilitiesRequest())
     assert [c.service.type.name for c in response.capabilities if c.service] == [
         "CONTROLLER_SERVICE"

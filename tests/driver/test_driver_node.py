@@ -276,3 +276,44 @@ async def test_node_expand_volume(
                 volume_id=vid, volume_path=str(tmp_path / "s"), volume_capability=block()
             )
         )
+
+
+async def test_argument_checks_come_before_existence(
+    driver: Driver, controller: csi.ControllerStub, node: csi.NodeStub, tmp_path: pathlib.Path
+) -> None:
+    """Missing REQUIRED fields are INVALID_ARGUMENT whether the volume exists or not; a volume
+    or path that does not exist is NOT_FOUND, even for a relative path (csi-sanity's specs)."""
+    with raises(Code.INVALID_ARGUMENT, "volume_id is required"):
+        await node.node_get_volume_stats(csi.NodeGetVolumeStatsRequest(volume_path="some/path"))
+    with raises(Code.INVALID_ARGUMENT, "volume_path is required"):
+        await node.node_get_volume_stats(csi.NodeGetVolumeStatsRequest(volume_id="nope"))
+    with raises(Code.NOT_FOUND, "volume nope does not exist"):
+        await node.node_get_volume_stats(
+            csi.NodeGetVolumeStatsRequest(volume_id="nope", volume_path="some/path")
+        )
+    with raises(Code.NOT_FOUND, "volume nope does not exist"):
+        await node.node_expand_volume(
+            csi.NodeExpandVolumeRequest(volume_id="nope", volume_path="some/path")
+        )
+    with raises(Code.INVALID_ARGUMENT, "volume_path is required"):
+        await node.node_expand_volume(csi.NodeExpandVolumeRequest(volume_id="nope"))
+
+    volume = await create(controller, size=MiB)
+    vid = volume.volume_id
+    await attach(controller, vid)
+    await node.node_stage_volume(stage(vid, tmp_path / "s"))
+    await node.node_publish_volume(publish(vid, tmp_path / "t", tmp_path / "s"))
+    with raises(Code.INVALID_ARGUMENT, "volume_path is required"):
+        await node.node_expand_volume(csi.NodeExpandVolumeRequest(volume_id=vid))
+    with raises(Code.NOT_FOUND, "is not staged or published at some/path"):
+        await node.node_get_volume_stats(
+            csi.NodeGetVolumeStatsRequest(volume_id=vid, volume_path="some/path")
+        )
+    with raises(Code.NOT_FOUND, "is not staged or published at some/path"):
+        await node.node_expand_volume(
+            csi.NodeExpandVolumeRequest(volume_id=vid, volume_path="some/path")
+        )
+    with raises(Code.INVALID_ARGUMENT, "volume_capabilities are required"):
+        await controller.validate_volume_capabilities(
+            csi.ValidateVolumeCapabilitiesRequest(volume_id="nope")
+        )

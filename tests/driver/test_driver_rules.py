@@ -165,7 +165,10 @@ def test_advertised_capabilities_follow_features() -> None:
     assert "PUBLISH_READONLY" not in names
     assert "CREATE_DELETE_SNAPSHOT" not in names
     assert "EXPAND_VOLUME" not in capabilities.node_capabilities(bare)
-    assert capabilities.plugin_services(Features(topology=False)) == ["CONTROLLER_SERVICE"]
+    assert capabilities.plugin_services(Features(topology=False, snapshots=False)) == [
+        "CONTROLLER_SERVICE"
+    ]
+    assert capabilities.group_controller_capabilities(bare) == []
     assert capabilities.volume_expansion(bare) == []
 
 

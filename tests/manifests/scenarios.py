@@ -14,7 +14,8 @@ twice first (a repeated event); a WaitForFirstConsumer claim used by a pod (sele
 attach); a clone; a snapshot (through the snapshotter and the snapshot-controller stand-in
 when a snapshotter is loaded, else made on the driver) and a restore from it; an expansion and
 a change of VolumeAttributesClass (acted on when a resizer is loaded); capacity and
-health-monitor rounds; then the pod, the snapshot and every claim deleted, down to the driver
+health-monitor rounds; a group snapshot of two claims (when the group snapshotter is loaded),
+created and deleted; then the pod, the snapshot and every claim deleted, down to the driver
 having no volumes, and a StorageClass deleted (its capacity objects go). The test process
 writes only through the emulator's Python API, so the request log holds the operator's
 requests alone.
@@ -48,10 +49,10 @@ from kopf_csi.settings import (
 )
 from kopf_csi.testing.authorization import Authorizer, service_account
 from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, Subscription
+from kopf_csi.testing.groupsnapshots import GroupSnapshotController
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import DEFAULT_MODULES, running_operator
 from kopf_csi.testing.requestlog import RequestLog
-from kopf_csi.testing.snapshots import SnapshotController
 
 __all__ = ["ACCOUNT", "APPS", "DRIVER", "EXAMPLE_MODULES", "OPERATOR_NAMESPACE", "Observation",
            "observe"]  # fmt: skip
@@ -65,7 +66,15 @@ APPS = "apps"
 EXAMPLE_MODULES = ("handlers.examples.claim_labels", "handlers.examples.namespace_quota")
 QUOTA = "quota.kopf-csi.kopf.dev/max-volume-size"  # namespace_quota's annotation
 SNAPSHOTS = "snapshot.storage.k8s.io"
-RECORDED = ("volumesnapshots", "volumesnapshotcontents", "volumesnapshotclasses")
+GROUPS = "groupsnapshot.storage.k8s.io"
+RECORDED = (
+    "volumesnapshots",
+    "volumesnapshotcontents",
+    "volumesnapshotclasses",
+    "volumegroupsnapshots",
+    "volumegroupsnapshotcontents",
+    "volumegroupsnapshotclasses",
+)
 DEADLINE = 60.0  # per phase; a phase takes well under a second on an idle machine
 RETRIES = {"retry_interval_start": 0.05, "retry_interval_max": 0.5}
 
@@ -125,13 +134,17 @@ def _seed(cluster: EmulatedCluster) -> None:
             "volumeattributesclasses",
             {"metadata": {"name": name}, "driverName": DRIVER, "parameters": {"iops": iops}},
         )
-    cluster.create(
-        "volumesnapshotclasses",
-        {"apiVersion": f"{SNAPSHOTS}/v1", "kind": "VolumeSnapshotClass",
-         "metadata": {"name": "snapshots"}, "driver": DRIVER, "deletionPolicy": "Delete",
-         "parameters": {"csi.storage.k8s.io/snapshotter-secret-name": "creds",
-                        "csi.storage.k8s.io/snapshotter-secret-namespace": APPS}},
-    )  # fmt: skip
+    for group, kind, name, op in (
+        (SNAPSHOTS, "VolumeSnapshotClass", "snapshots", "snapshotter"),
+        (GROUPS, "VolumeGroupSnapshotClass", "groups", "group-snapshotter"),
+    ):
+        cluster.create(
+            kind,
+            {"apiVersion": f"{group}/v1", "kind": kind, "metadata": {"name": name},
+             "driver": DRIVER, "deletionPolicy": "Delete",
+             "parameters": {f"csi.storage.k8s.io/{op}-secret-name": "creds",
+                            f"csi.storage.k8s.io/{op}-secret-namespace": APPS}},
+        )  # fmt: skip
 
 
 def _claim(cluster: EmulatedCluster, name: str, cls: str, **spec: Any) -> Body:
@@ -203,6 +216,35 @@ async def _snapshot(
         subresource="status",
     )  # fmt: skip
     return "snapcontent-pre"
+
+
+async def _group_snapshot(cluster: EmulatedCluster) -> None:
+    """A group snapshot of the source and the clone (labelled), ready, then deleted with its
+    member snapshots (deletionPolicy Delete: on the driver, through the group)."""
+    for name in ("source", "clone"):
+        cluster.patch(
+            "persistentvolumeclaims", APPS, name, {"metadata": {"labels": {"group": "g"}}}
+        )
+    cluster.create(
+        "volumegroupsnapshots",
+        {"apiVersion": f"{GROUPS}/v1", "kind": "VolumeGroupSnapshot", "metadata": {"name": "g"},
+         "spec": {"volumeGroupSnapshotClassName": "groups",
+                  "source": {"selector": {"matchLabels": {"group": "g"}}}}},
+        namespace=APPS,
+    )  # fmt: skip
+
+    def ready() -> bool:
+        group = cluster.get("volumegroupsnapshots", APPS, "g") or {}
+        return bool((group.get("status") or {}).get("readyToUse"))
+
+    await until("the group snapshot ready", ready)
+    cluster.delete("volumegroupsnapshots", APPS, "g")
+    await until(
+        "the group snapshot gone", lambda: not cluster.objects("volumegroupsnapshotcontents")
+    )
+    await until(
+        "the group's members gone", lambda: len(cluster.objects("volumesnapshotcontents")) <= 1
+    )
 
 
 def _loaded(modules: Sequence[str], name: str) -> bool:
@@ -278,6 +320,8 @@ async def _exercise(
                 == "fast"
             ),
         )
+    if _loaded(modules, "groupsnapshotter"):
+        await _group_snapshot(cluster)
     # Capacity objects in the operator's namespace, and some health-monitor rounds.
     await until(
         "capacity objects",
@@ -334,7 +378,7 @@ async def observe(
     async with (
         EmulatedCluster(namespaces=namespaces, authorizer=authorizer) as cluster,
         ControllerManager(cluster),
-        SnapshotController(cluster),
+        GroupSnapshotController(cluster),
         running_driver(config, socket_path=socket, grace=0.1) as driver,
         CSIClient(f"unix://{socket}", timeout=5) as client,
     ):

@@ -1,4 +1,4 @@
-"""The snapshot.storage.k8s.io/v1 CRDs in manifests/crds.
+"""The snapshot.storage.k8s.io/v1 and groupsnapshot.storage.k8s.io/v1 CRDs in manifests/crds.
 
 - names, group, scope, the v1 version served and stored, the status subresource;
 - the schemas are structural (every property typed), as apiextensions/v1 requires;
@@ -17,11 +17,15 @@ from .rendering import MANIFESTS, Body, find, render
 from .scenarios import Observation
 
 GROUP = "snapshot.storage.k8s.io"
+GROUPS = "groupsnapshot.storage.k8s.io"
 EXPECTED = {
     # plural: (kind, scope, has status)
     "volumesnapshots": ("VolumeSnapshot", "Namespaced", True),
     "volumesnapshotcontents": ("VolumeSnapshotContent", "Cluster", True),
     "volumesnapshotclasses": ("VolumeSnapshotClass", "Cluster", False),
+    "volumegroupsnapshots": ("VolumeGroupSnapshot", "Namespaced", True),
+    "volumegroupsnapshotcontents": ("VolumeGroupSnapshotContent", "Cluster", True),
+    "volumegroupsnapshotclasses": ("VolumeGroupSnapshotClass", "Cluster", False),
 }
 
 
@@ -83,9 +87,10 @@ def test_names_scope_versions(schemas: dict[str, Body]) -> None:
     assert set(schemas) == set(EXPECTED)
     for plural, (kind, scope, status) in EXPECTED.items():
         crd = schemas[plural]
-        assert crd["metadata"]["name"] == f"{plural}.{GROUP}"
+        group = GROUPS if "group" in plural else GROUP
+        assert crd["metadata"]["name"] == f"{plural}.{group}"
         assert crd["metadata"]["annotations"]["api-approved.kubernetes.io"].startswith("https://")
-        assert crd["spec"]["group"] == GROUP
+        assert crd["spec"]["group"] == group
         assert crd["spec"]["scope"] == scope
         assert crd["spec"]["names"]["kind"] == kind
         (version,) = crd["spec"]["versions"]
@@ -118,6 +123,10 @@ def test_objects_written_during_the_run_fit(
     written = observation.objects
     assert written["volumesnapshotcontents"], "the run wrote no VolumeSnapshotContent"
     assert any((obj.get("status") or {}).get("readyToUse") for obj in written["volumesnapshots"])
+    assert any(
+        (obj.get("status") or {}).get("volumeSnapshotInfoList")
+        for obj in written["volumegroupsnapshotcontents"]
+    ), "the run wrote no group content with its member snapshots"
     for plural, objects in written.items():
         schema = _schema(schemas[plural])
         for obj in objects:

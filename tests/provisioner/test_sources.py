@@ -6,7 +6,8 @@ We test these aspects:
 - a source that is not Bound yet, or bigger than the clone: the Go message, then provisioned
   when the source is ready (nothing is created meanwhile);
 - a restore sends the snapshot handle of the bound, ready VolumeSnapshotContent; the snapshot is
-  protected by its finalizer while the volume is made, and released after;
+  protected by its finalizer while the volume is made, and released after; a release that
+  loses a race (409, 422) is read again and retried at once;
 - a snapshot that is not ready: the Go message, then restored once it is;
 - a data source of another kind is left to a populator, with the reference's Normal event;
 - the source is protected before anything else can fail: a restore or a clone waiting for its
@@ -332,3 +333,32 @@ async def test_a_clone_waiting_for_its_secret_keeps_the_source_protected(
 
     make_creds(cluster)
     await wait_for_bound(cluster, clone, timeout=RETRY_MAX + 5)
+
+
+@pytest.mark.parametrize("code", [409, 422])
+async def test_a_lost_release_of_the_restored_snapshot_is_retried_at_once(
+    cluster: EmulatedCluster,
+    operator: OperatorThread,
+    driver: Driver,
+    csi_client: CSIClient,
+    code: int,
+) -> None:
+    """The snapshot was written between our read and the guarded release (a snapshot-controller
+    removing its own finalizer): read it again and release, not 5 minutes later by the sweep."""
+    await make_storage_class(cluster, operator)
+    source_pv = await wait_for_bound(cluster, make_claim(cluster, "source"))
+    await make_snapshot(cluster, csi_client, source_pv)
+    driver.faults.delay("CreateVolume", seconds=0.5, times=1)
+    make_claim(cluster, "restored", data_source=FROM_SNAPSHOT)
+
+    def protected() -> bool:
+        snap = cluster.get("volumesnapshots", NAMESPACE, "snap") or {}
+        return bool(snap.get("metadata", {}).get("finalizers"))
+
+    await wait_until(protected, what="the snapshot protected")
+    if code == 409:
+        cluster.faults.add(409, verb="patch", resource="volumesnapshots", times=1)
+    else:  # the real server's 422 for a failed `test` (a bare 422 is a real error)
+        cluster.faults.lose_race("volumesnapshots")
+    await wait_until(lambda: not protected(), what="the snapshot released", timeout=3.0)
+    assert len(cluster.faults) == 0  # the injected conflict was met

@@ -53,9 +53,15 @@ class DriverInfo:
     """PluginCapability.VolumeExpansion types: ONLINE and/or OFFLINE."""
     controller_capabilities: frozenset[str]
     """ControllerServiceCapability.RPC types: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME, ..."""
+    group_controller_capabilities: frozenset[str] = frozenset()
+    """GroupControllerServiceCapability.RPC types (CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT);
+    asked only of a driver with GROUP_CONTROLLER_SERVICE."""
 
     def has_controller(self, capability: str) -> bool:
         return capability in self.controller_capabilities
+
+    def has_group_controller(self, capability: str) -> bool:
+        return capability in self.group_controller_capabilities
 
     def has_plugin(self, capability: str) -> bool:
         return capability in self.plugin_capabilities
@@ -89,6 +95,7 @@ class CSIClient:
         self._identity = csi.IdentityStub(self._channel)
         self._controller = csi.ControllerStub(self._channel)
         self._node = csi.NodeStub(self._channel)
+        self._groups = csi.GroupControllerStub(self._channel)
         self._info: DriverInfo | None = None
         self._node_capabilities: frozenset[str] | None = None
 
@@ -146,7 +153,8 @@ class CSIClient:
             await asyncio.sleep(interval)
 
     async def driver_info(self, *, refresh: bool = False) -> DriverInfo:
-        """GetPluginInfo, GetPluginCapabilities and ControllerGetCapabilities, cached."""
+        """GetPluginInfo, GetPluginCapabilities, ControllerGetCapabilities and (with the
+        GROUP_CONTROLLER_SERVICE) GroupControllerGetCapabilities, cached."""
         if self._info is None or refresh:
             info = await self.get_plugin_info()
             plugin = await self.get_plugin_capabilities()
@@ -161,6 +169,10 @@ class CSIClient:
             if "CONTROLLER_SERVICE" in services:
                 answer = await self.controller_get_capabilities()
                 controller = {c.rpc.type.name for c in answer.capabilities if c.rpc is not None}
+            group: set[str] = set()
+            if "GROUP_CONTROLLER_SERVICE" in services:
+                groups = await self.group_controller_get_capabilities()
+                group = {c.rpc.type.name for c in groups.capabilities if c.rpc is not None}
             self._info = DriverInfo(
                 name=info.name,
                 vendor_version=info.vendor_version,
@@ -168,6 +180,7 @@ class CSIClient:
                 plugin_capabilities=frozenset(services),
                 volume_expansion=frozenset(expansion),
                 controller_capabilities=frozenset(controller),
+                group_controller_capabilities=frozenset(group),
             )
         return self._info
 
@@ -318,6 +331,41 @@ class CSIClient:
         return await self._call(
             "Controller", "GetSnapshot", self._controller.get_snapshot, request, timeout
         )
+
+    # -- GroupController --------------------------------------------------------------------------
+
+    async def group_controller_get_capabilities(
+        self,
+    ) -> csi.GroupControllerGetCapabilitiesResponse:
+        return await self._call(
+            "GroupController", "GroupControllerGetCapabilities",
+            self._groups.group_controller_get_capabilities,
+            csi.GroupControllerGetCapabilitiesRequest(), None,
+        )  # fmt: skip
+
+    async def create_volume_group_snapshot(
+        self, request: csi.CreateVolumeGroupSnapshotRequest, *, timeout: float | None = None
+    ) -> csi.CreateVolumeGroupSnapshotResponse:
+        return await self._call(
+            "GroupController", "CreateVolumeGroupSnapshot",
+            self._groups.create_volume_group_snapshot, request, timeout,
+        )  # fmt: skip
+
+    async def delete_volume_group_snapshot(
+        self, request: csi.DeleteVolumeGroupSnapshotRequest, *, timeout: float | None = None
+    ) -> csi.DeleteVolumeGroupSnapshotResponse:
+        return await self._call(
+            "GroupController", "DeleteVolumeGroupSnapshot",
+            self._groups.delete_volume_group_snapshot, request, timeout,
+        )  # fmt: skip
+
+    async def get_volume_group_snapshot(
+        self, request: csi.GetVolumeGroupSnapshotRequest, *, timeout: float | None = None
+    ) -> csi.GetVolumeGroupSnapshotResponse:
+        return await self._call(
+            "GroupController", "GetVolumeGroupSnapshot",
+            self._groups.get_volume_group_snapshot, request, timeout,
+        )  # fmt: skip
 
     # -- Node (capabilities only: this is a controller-side client) --------------------------------
 

@@ -104,8 +104,8 @@ def _build_parser() -> argparse.ArgumentParser:
         type=_operations,
         default=frozenset(),
         help="RPCs that need secrets: create, delete, provisioner, controller-publish, "
-        "node-stage, node-publish, controller-expand, node-expand, snapshotter, modify, "
-        "validate, all, or RPC names",
+        "node-stage, node-publish, controller-expand, node-expand, snapshotter, "
+        "group-snapshotter, modify, validate, all, or RPC names",
     )
     secured.add_argument(
         "--secrets-file",

@@ -19,6 +19,7 @@ __all__ = [
     "allows_many_targets",
     "check_volume_capabilities",
     "controller_capabilities",
+    "group_controller_capabilities",
     "node_capabilities",
     "plugin_services",
     "volume_expansion",
@@ -44,7 +45,16 @@ def plugin_services(features: Features) -> list[str]:
     services = ["CONTROLLER_SERVICE"]
     if features.topology:
         services.append("VOLUME_ACCESSIBILITY_CONSTRAINTS")
+    if group_controller_capabilities(features):
+        services.append("GROUP_CONTROLLER_SERVICE")
     return services
+
+
+def group_controller_capabilities(features: Features) -> list[str]:
+    """GroupControllerServiceCapability.RPC types; empty: no GroupController service at all."""
+    if features.snapshots and features.group_snapshots:
+        return ["CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"]
+    return []
 
 
 def volume_expansion(features: Features) -> list[str]:

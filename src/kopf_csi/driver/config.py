@@ -58,6 +58,11 @@ class Features:
     get_snapshot: bool = True
     """GET_SNAPSHOT; advertised only together with `snapshots`."""
 
+    group_snapshots: bool = True
+    """The GroupController service (GROUP_CONTROLLER_SERVICE) with
+    CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT; advertised only together with `snapshots`, as its
+    member snapshots are restored like any snapshot."""
+
     clone: bool = True
     """CLONE_VOLUME: a volume as the content source of a new volume."""
 

@@ -19,6 +19,7 @@ from kopf_csi.driver.messages import (
     condition_message,
     require,
     requirements_of,
+    rpc_capabilities,
     snapshot_message,
     source_of,
     volume_message,
@@ -26,8 +27,6 @@ from kopf_csi.driver.messages import (
 from kopf_csi.driver.records import Attachment, Snapshot, Volume
 
 __all__ = ["ControllerServicer"]
-
-RpcType = csi.ControllerServiceCapabilityRpcType
 
 
 class ControllerServicer(csi.ControllerBase):
@@ -94,9 +93,10 @@ class ControllerServicer(csi.ControllerBase):
         self, message: csi.ValidateVolumeCapabilitiesRequest
     ) -> csi.ValidateVolumeCapabilitiesResponse:
         self.backend.check_secrets("ValidateVolumeCapabilities", message.secrets)
-        volume = self.backend.volume(require(message.volume_id, "volume_id"))
+        volume_id = require(message.volume_id, "volume_id")
         if not message.volume_capabilities:
             raise DriverError(Code.INVALID_ARGUMENT, "volume_capabilities are required")
+        volume = self.backend.volume(volume_id)
         problem = self._unsupported(volume, message)
         if problem is not None:
             return csi.ValidateVolumeCapabilitiesResponse(message=problem)
@@ -224,12 +224,12 @@ class ControllerServicer(csi.ControllerBase):
     ) -> csi.ControllerGetCapabilitiesResponse:
         names = capabilities.controller_capabilities(self.backend.config.features)
         return csi.ControllerGetCapabilitiesResponse(
-            capabilities=[
-                csi.ControllerServiceCapability(
-                    rpc=csi.ControllerServiceCapabilityRpc(RpcType.from_string(n))
-                )
-                for n in names
-            ]
+            capabilities=rpc_capabilities(
+                names,
+                capability=csi.ControllerServiceCapability,
+                rpc=csi.ControllerServiceCapabilityRpc,
+                types=csi.ControllerServiceCapabilityRpcType,
+            )
         )
 
     # Snapshots.

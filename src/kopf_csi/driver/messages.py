@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import betterproto2
 
@@ -26,11 +27,14 @@ __all__ = [
     "condition_message",
     "require",
     "requirements_of",
+    "rpc_capabilities",
     "snapshot_message",
     "source_message",
     "source_of",
     "volume_message",
 ]
+
+_M = TypeVar("_M")
 
 
 def require(value: str, field: str) -> str:
@@ -133,7 +137,17 @@ def snapshot_message(snapshot: Snapshot, *, ready_after: float = 0.0) -> csi.Sna
         size_bytes=snapshot.size,
         creation_time=datetime.datetime.fromtimestamp(snapshot.created_at, tz=datetime.UTC),
         ready_to_use=ready,
+        group_snapshot_id=snapshot.group_snapshot_id,
     )
+
+
+def rpc_capabilities(
+    names: Sequence[str], *, capability: Callable[..., _M], rpc: Callable[[Any], Any], types: Any
+) -> list[_M]:
+    """Capability messages of RPC type names, for the three services' GetCapabilities:
+    `rpc_capabilities(names, capability=csi.NodeServiceCapability, rpc=csi.NodeServiceCapabilityRpc,
+    types=csi.NodeServiceCapabilityRpcType)`."""
+    return [capability(rpc=rpc(types.from_string(name))) for name in names]
 
 
 def condition_message(problem: str | None) -> csi.VolumeCondition:

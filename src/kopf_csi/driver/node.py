@@ -23,12 +23,11 @@ from kopf_csi.driver.messages import (
     capacity_of,
     condition_message,
     require,
+    rpc_capabilities,
 )
 from kopf_csi.driver.records import Mount, NodeVolume, Volume
 
 __all__ = ["NodeServicer"]
-
-RpcType = csi.NodeServiceCapabilityRpcType
 
 
 class NodeServicer(csi.NodeBase):
@@ -127,8 +126,10 @@ class NodeServicer(csi.NodeBase):
         features = self.backend.config.features
         enabled = features.node_stats or features.volume_condition
         self.backend.require_feature(enabled, "NodeGetVolumeStats")
-        volume = self.backend.volume(require(message.volume_id, "volume_id"))
-        self._require_path(volume, absolute(message.volume_path, "volume_path"))
+        volume_id = require(message.volume_id, "volume_id")
+        path = require(message.volume_path, "volume_path")
+        volume = self.backend.volume(volume_id)
+        self._require_path(volume, path)
         usage: list[csi.VolumeUsage] = []
         if features.node_stats:
             usage = await self._usage(volume)
@@ -143,7 +144,7 @@ class NodeServicer(csi.NodeBase):
         self.backend.require_feature(self.backend.config.features.expansion, "NodeExpandVolume")
         self.backend.check_secrets("NodeExpandVolume", message.secrets)
         volume_id = require(message.volume_id, "volume_id")
-        path = absolute(message.volume_path, "volume_path")
+        path = require(message.volume_path, "volume_path")
         async with self.backend.lock:
             volume = self.backend.volume(volume_id)
             self._require_path(volume, path)
@@ -170,10 +171,12 @@ class NodeServicer(csi.NodeBase):
     ) -> csi.NodeGetCapabilitiesResponse:
         names = capabilities.node_capabilities(self.backend.config.features)
         return csi.NodeGetCapabilitiesResponse(
-            capabilities=[
-                csi.NodeServiceCapability(rpc=csi.NodeServiceCapabilityRpc(RpcType.from_string(n)))
-                for n in names
-            ]
+            capabilities=rpc_capabilities(
+                names,
+                capability=csi.NodeServiceCapability,
+                rpc=csi.NodeServiceCapabilityRpc,
+                types=csi.NodeServiceCapabilityRpcType,
+            )
         )
 
     async def node_get_info(self, message: csi.NodeGetInfoRequest) -> csi.NodeGetInfoResponse:
@@ -196,6 +199,12 @@ class NodeServicer(csi.NodeBase):
             )
 
     def _require_path(self, volume: Volume, path: str) -> None:
+        """NOT_FOUND unless staged or published at `path`.
+
+        A relative path is one of those "not found" paths, not a malformed argument: the REQUIRED
+        checks come first, then existence (the volume, then the path), and a path that nothing
+        was staged or published at is simply absent (csi-sanity pins NOT_FOUND for both).
+        """
         node = volume.on_node(self.node_id)
         if path not in node.published and path not in node.staged:
             raise DriverError(

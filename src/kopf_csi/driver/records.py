@@ -1,4 +1,5 @@
-"""The driver's records: volumes, snapshots, attachments, node stagings and publications.
+"""The driver's records: volumes, snapshots, group snapshots, attachments, node stagings and
+publications.
 
 Frozen dataclasses, changed with `dataclasses.replace()` and saved whole by `state`, so that an
 in-memory change can never skip the disk. Plain data and their JSON codec only: no CSI messages
@@ -14,11 +15,13 @@ from typing import Any, Literal
 __all__ = [
     "Attachment",
     "Capability",
+    "GroupSnapshot",
     "Mount",
     "NodeVolume",
     "Snapshot",
     "Source",
     "Volume",
+    "group_snapshot_from_dict",
     "snapshot_from_dict",
     "to_dict",
     "volume_from_dict",
@@ -125,9 +128,25 @@ class Snapshot:
     block: bool
     created_at: float
     parameters: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    group_snapshot_id: str = ""
+    """The group snapshot it was cut in; such a member is deleted only with its group."""
 
 
-def to_dict(record: Volume | Snapshot) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupSnapshot:
+    """A volume group snapshot: member snapshots of several volumes, cut together."""
+
+    group_snapshot_id: str
+    name: str
+    source_volume_ids: tuple[str, ...]
+    """In the order of the request; the idempotency check compares them as a set."""
+    snapshot_ids: tuple[str, ...]
+    """The member snapshots, one per source volume, in the same order."""
+    created_at: float
+    parameters: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def to_dict(record: Volume | Snapshot | GroupSnapshot) -> dict[str, Any]:
     """The record as JSON-ready data, with the schema version."""
     return {"schema": SCHEMA, **dataclasses.asdict(record)}
 
@@ -160,6 +179,18 @@ def snapshot_from_dict(raw: Mapping[str, Any]) -> Snapshot:
         source_volume_id=raw["source_volume_id"],
         size=raw["size"],
         block=raw["block"],
+        created_at=raw["created_at"],
+        parameters=dict(raw.get("parameters", {})),
+        group_snapshot_id=raw.get("group_snapshot_id", ""),
+    )
+
+
+def group_snapshot_from_dict(raw: Mapping[str, Any]) -> GroupSnapshot:
+    return GroupSnapshot(
+        group_snapshot_id=raw["group_snapshot_id"],
+        name=raw["name"],
+        source_volume_ids=tuple(raw["source_volume_ids"]),
+        snapshot_ids=tuple(raw["snapshot_ids"]),
         created_at=raw["created_at"],
         parameters=dict(raw.get("parameters", {})),
     )

@@ -6,7 +6,8 @@
         await driver.restart()  # same data dir: every volume, snapshot and attachment survives
 
 `driver.state` is the live record store (read it; change it only through RPCs), `driver.faults`
-the live fault rules. One socket serves Identity, Controller and Node, as hostpath does.
+the live fault rules. One socket serves Identity, Controller, GroupController and Node, as
+hostpath does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from kopf_csi.driver.calls import CallWrapper
 from kopf_csi.driver.config import DriverConfig
 from kopf_csi.driver.controller import ControllerServicer
 from kopf_csi.driver.faults import Faults
+from kopf_csi.driver.groupcontroller import GroupControllerServicer
+from kopf_csi.driver.groups import drop_orphaned_members
 from kopf_csi.driver.identity import IdentityServicer
 from kopf_csi.driver.node import NodeServicer
 from kopf_csi.driver.state import State
@@ -72,10 +75,12 @@ class Driver:
         if self._serving is not None:
             raise RuntimeError("the driver is already running")
         backend = Backend(self.config, faults=self.faults, calls=self.calls)
+        drop_orphaned_members(backend)
         calls = CallWrapper(self.faults)
         servicers = [
             IdentityServicer(backend),
             ControllerServicer(backend),
+            GroupControllerServicer(backend),
             NodeServicer(backend, node_id=self.config.node_id),
         ]
         self._serving = await serving.serve(servicers, path=self.socket_path, interceptor=calls)
@@ -88,6 +93,7 @@ class Driver:
             data_dir=str(self.config.data_dir),
             volumes=len(backend.state.volumes),
             snapshots=len(backend.state.snapshots),
+            group_snapshots=len(backend.state.groups),
         )
 
     async def stop(self, *, grace: float = 5.0) -> None:

@@ -33,6 +33,9 @@ SECRET_BEARING = frozenset(
         "NodeStageVolume",
         "NodePublishVolume",
         "NodeExpandVolume",
+        "CreateVolumeGroupSnapshot",
+        "DeleteVolumeGroupSnapshot",
+        "GetVolumeGroupSnapshot",
     }
 )
 
@@ -47,6 +50,9 @@ ALIASES: Mapping[str, frozenset[str]] = {
     "controller-expand": frozenset({"ControllerExpandVolume"}),
     "node-expand": frozenset({"NodeExpandVolume"}),
     "snapshotter": frozenset({"CreateSnapshot", "DeleteSnapshot", "ListSnapshots", "GetSnapshot"}),
+    "group-snapshotter": frozenset(
+        {"CreateVolumeGroupSnapshot", "DeleteVolumeGroupSnapshot", "GetVolumeGroupSnapshot"}
+    ),
     "modify": frozenset({"ControllerModifyVolume"}),
     "validate": frozenset({"ValidateVolumeCapabilities"}),
     "all": SECRET_BEARING,

@@ -62,7 +62,14 @@ async def create_snapshot(
 async def delete_snapshot(backend: Backend, snapshot_id: str) -> None:
     """Delete a snapshot and its content; a missing one is already deleted."""
     async with backend.lock:
-        if backend.state.snapshot(snapshot_id) is None:
+        snapshot = backend.state.snapshot(snapshot_id)
+        if snapshot is None:
             return  # an id without a record is not a path to delete (see delete_volume)
+        if snapshot.group_snapshot_id:
+            raise DriverError(
+                Code.FAILED_PRECONDITION,
+                f"snapshot {snapshot_id} belongs to group snapshot {snapshot.group_snapshot_id}; "
+                "delete the group snapshot instead",
+            )
         backend.state.remove_snapshot(snapshot_id)
         await asyncio.to_thread(backend.storage.remove_snapshot, snapshot_id)

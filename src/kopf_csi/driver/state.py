@@ -4,6 +4,7 @@ Layout under the data directory::
 
     state/volumes/<volume_id>.json      one Volume record (attachments and node state inside)
     state/snapshots/<snapshot_id>.json  one Snapshot record
+    state/groups/<group_snapshot_id>.json  one GroupSnapshot record (its members are snapshots)
 
 One file per record keeps every write O(1) however many volumes exist, and each file is replaced
 atomically (write a temporary file, fsync, rename), so a crash leaves either the old record or
@@ -23,7 +24,7 @@ from typing import Any
 import structlog
 
 from kopf_csi.driver import records
-from kopf_csi.driver.records import Snapshot, Volume
+from kopf_csi.driver.records import GroupSnapshot, Snapshot, Volume
 from kopf_csi.driver.storage import plain_name
 
 __all__ = ["State", "write_json_atomically"]
@@ -32,7 +33,8 @@ logger = structlog.get_logger("kopf_csi.driver")
 
 
 class State:
-    """Volumes and snapshots by id and by name; every change is on disk before it returns."""
+    """Volumes, snapshots and group snapshots by id and by name; every change is on disk
+    before it returns."""
 
     def __init__(self, root: pathlib.Path, *, durable: bool = True) -> None:
         self.root = root
@@ -41,20 +43,25 @@ class State:
         self._snapshots: dict[str, Snapshot] = {}
         self._volume_names: dict[str, str] = {}
         self._snapshot_names: dict[str, str] = {}
+        self._groups: dict[str, GroupSnapshot] = {}
+        self._group_names: dict[str, str] = {}
         self._volumes_dir = root / "state" / "volumes"
         self._snapshots_dir = root / "state" / "snapshots"
+        self._groups_dir = root / "state" / "groups"
 
     @classmethod
     def load(cls, root: pathlib.Path, *, durable: bool = True) -> State:
         """Read every record under `root` (creating the layout if it is new)."""
         state = cls(root, durable=durable)
-        for directory in (state._volumes_dir, state._snapshots_dir):
+        for directory in (state._volumes_dir, state._snapshots_dir, state._groups_dir):
             directory.mkdir(parents=True, exist_ok=True)
             _remove_leftover_temporaries(directory)
         for raw in _read_records(state._volumes_dir):
             state._index_volume(records.volume_from_dict(raw))
         for raw in _read_records(state._snapshots_dir):
             state._index_snapshot(records.snapshot_from_dict(raw))
+        for raw in _read_records(state._groups_dir):
+            state._index_group(records.group_snapshot_from_dict(raw))
         return state
 
     # Reading.
@@ -80,6 +87,17 @@ class State:
     def snapshot_named(self, name: str) -> Snapshot | None:
         snapshot_id = self._snapshot_names.get(name)
         return None if snapshot_id is None else self._snapshots[snapshot_id]
+
+    @property
+    def groups(self) -> Mapping[str, GroupSnapshot]:
+        return self._groups
+
+    def group(self, group_snapshot_id: str) -> GroupSnapshot | None:
+        return self._groups.get(group_snapshot_id)
+
+    def group_named(self, name: str) -> GroupSnapshot | None:
+        group_id = self._group_names.get(name)
+        return None if group_id is None else self._groups[group_id]
 
     def sorted_volumes(self) -> list[Volume]:
         """In creation order: a stable order for paging."""
@@ -111,6 +129,21 @@ class State:
         snapshot = self._snapshots.pop(snapshot_id, None)
         if snapshot is not None:
             self._snapshot_names.pop(snapshot.name, None)
+
+    def save_group(self, group: GroupSnapshot) -> None:
+        path = self._groups_dir / f"{plain_name(group.group_snapshot_id)}.json"
+        write_json_atomically(path, records.to_dict(group), durable=self.durable)
+        self._index_group(group)
+
+    def remove_group(self, group_snapshot_id: str) -> None:
+        _unlink(self._groups_dir / f"{plain_name(group_snapshot_id)}.json")
+        group = self._groups.pop(group_snapshot_id, None)
+        if group is not None:
+            self._group_names.pop(group.name, None)
+
+    def _index_group(self, group: GroupSnapshot) -> None:
+        self._groups[group.group_snapshot_id] = group
+        self._group_names[group.name] = group.group_snapshot_id
 
     def _index_volume(self, volume: Volume) -> None:
         self._volumes[volume.volume_id] = volume

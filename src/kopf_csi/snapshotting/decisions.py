@@ -22,13 +22,17 @@ __all__ = [
     "error_status_patch",
     "is_deleting",
     "is_driver_match",
+    "is_drivers",
     "is_ready",
+    "meta_of",
     "next_action",
     "release_patch",
     "should_delete",
     "should_enqueue_change",
     "snapshot_handle",
     "snapshot_name",
+    "source_of",
+    "spec_of",
     "updated_status",
 ]
 
@@ -37,10 +41,11 @@ ClassLookup = Callable[[str], Body | None]
 
 
 class Action(enum.Enum):
-    """What `syncContent` does with a content of our driver now."""
+    """What `syncContent` (and `syncGroupSnapshotContent`) does with a content of ours now."""
 
     DELETE_SNAPSHOT = "delete"
-    """Being deleted, policy Delete, a snapshot on the driver: DeleteSnapshot, clear the status."""
+    """Being deleted, policy Delete, a snapshot (or group) on the driver: delete it there, clear
+    the status."""
     RELEASE = "release"
     """Being deleted, and nothing (left) to delete on the driver: remove the finalizer."""
     CREATE = "create"
@@ -52,24 +57,24 @@ class Action(enum.Enum):
     `checkandUpdateContentStatusOperation`), a pre-provisioned one by its status RPC."""
 
 
-def _meta(obj: Body) -> Body:
+def meta_of(obj: Body) -> Body:
     return obj.get("metadata") or {}
 
 
-def _spec(obj: Body) -> Body:
+def spec_of(obj: Body) -> Body:
     return obj.get("spec") or {}
 
 
-def _source(obj: Body) -> Body:
-    return _spec(obj).get("source") or {}
+def source_of(obj: Body) -> Body:
+    return spec_of(obj).get("source") or {}
 
 
 def annotations_of(obj: Body) -> Mapping[str, str]:
-    return _meta(obj).get("annotations") or {}
+    return meta_of(obj).get("annotations") or {}
 
 
 def is_deleting(obj: Body) -> bool:
-    return bool(_meta(obj).get("deletionTimestamp"))
+    return bool(meta_of(obj).get("deletionTimestamp"))
 
 
 def is_ready(content: Body) -> bool:
@@ -79,7 +84,7 @@ def is_ready(content: Body) -> bool:
 
 def snapshot_handle(content: Body) -> str | None:
     """The driver's id of the snapshot: from the status, else from a pre-provisioned source."""
-    handle = (content.get("status") or {}).get("snapshotHandle") or _source(content).get(
+    handle = (content.get("status") or {}).get("snapshotHandle") or source_of(content).get(
         "snapshotHandle"
     )
     return str(handle) if handle else None
@@ -87,15 +92,20 @@ def snapshot_handle(content: Body) -> str | None:
 
 def is_driver_match(content: Body, *, driver: str, class_of: ClassLookup) -> bool:
     """`isDriverMatch`: a source, our driver, and no class of another driver."""
-    source = _source(content)
+    source = source_of(content)
     if not source.get("volumeHandle") and not source.get("snapshotHandle"):
         return False
-    if _spec(content).get("driver") != driver:
+    return is_drivers(content, driver=driver, class_of=class_of, field="volumeSnapshotClassName")
+
+
+def is_drivers(content: Body, *, driver: str, class_of: ClassLookup, field: str) -> bool:
+    """Our driver's content, whose class (named by `field`), if known, is our driver's too."""
+    if spec_of(content).get("driver") != driver:
         return False
-    class_name = _spec(content).get("volumeSnapshotClassName")
+    class_name = spec_of(content).get(field)
     if class_name:
-        snapshot_class = class_of(str(class_name))
-        if snapshot_class is not None and snapshot_class.get("driver") != driver:
+        found = class_of(str(class_name))
+        if found is not None and found.get("driver") != driver:
             return False
     return True
 
@@ -105,8 +115,8 @@ def should_delete(content: Body) -> bool:
     by the snapshot-controller and not being created (then wait for CreateSnapshot's answer)."""
     if not is_deleting(content):
         return False
-    ref = _spec(content).get("volumeSnapshotRef") or {}
-    if _source(content).get("snapshotHandle") and not ref.get("uid"):
+    ref = spec_of(content).get("volumeSnapshotRef") or {}
+    if source_of(content).get("snapshotHandle") and not ref.get("uid"):
         return True
     if names.ANN_SNAPSHOT_BEING_CREATED in annotations_of(content):
         return False
@@ -121,12 +131,12 @@ def next_action(content: Body) -> Action:
     """`syncContent`'s dispatch."""
     status = content.get("status")
     if should_delete(content):
-        deletes = _spec(content).get("deletionPolicy") == "Delete"
+        deletes = spec_of(content).get("deletionPolicy") == "Delete"
         has_snapshot = bool((status or {}).get("snapshotHandle"))
         if deletes and has_snapshot and not _is_group_member(content):
             return Action.DELETE_SNAPSHOT
         return Action.RELEASE
-    if _source(content).get("volumeHandle") and status is None:
+    if source_of(content).get("volumeHandle") and status is None:
         return Action.CREATE
     if is_ready(content):
         return Action.READY
@@ -140,23 +150,25 @@ def snapshot_name(prefix: str, uid: str, uuid_length: int = -1) -> str:
     return f"{prefix}-{uid.replace('-', '')[:uuid_length]}"
 
 
-def should_enqueue_change(old: Body | None, new: Body) -> bool:
+def should_enqueue_change(
+    old: Body | None, new: Body, *, own: str = names.ANN_SNAPSHOT_BEING_CREATED
+) -> bool:
     """`ShouldEnqueueContentChange`: ignore changes of the resourceVersion, the status, the
-    managed fields, the finalizers and our own being-created annotation. They are our writes,
-    and re-running the content at once would defeat its backoff."""
+    managed fields, the finalizers and our own being-created annotation (`own`). They are our
+    writes, and re-running the content at once would defeat its backoff."""
     if old is None:
         return True
-    return _sanitized(old) != _sanitized(new)
+    return _sanitized(old, own) != _sanitized(new, own)
 
 
-def _sanitized(obj: Body) -> Body:
+def _sanitized(obj: Body, own: str) -> Body:
     clean = {k: v for k, v in obj.items() if k != "status"}
     meta = {
         k: v
-        for k, v in _meta(obj).items()
+        for k, v in meta_of(obj).items()
         if k not in ("resourceVersion", "managedFields", "finalizers")
     }
-    kept = {k: v for k, v in annotations_of(obj).items() if k != names.ANN_SNAPSHOT_BEING_CREATED}
+    kept = {k: v for k, v in annotations_of(obj).items() if k != own}
     meta.pop("annotations", None)
     if kept:
         meta["annotations"] = kept
@@ -214,13 +226,15 @@ def cleared_status_patch() -> dict[str, Any]:
     return {"status": gone}
 
 
-def release_patch(content: Body) -> list[dict[str, Any]] | None:
+def release_patch(
+    content: Body, *, finalizer: str = names.FINALIZER_SNAPSHOT_CONTENT_BOUND
+) -> list[dict[str, Any]] | None:
     """`removeContentFinalizer`: a JSON patch dropping the bound-protection finalizer (only it),
     guarded by a `test` of the list it was computed from; None when it is not there."""
-    finalizers = list(_meta(content).get("finalizers") or [])
-    if names.FINALIZER_SNAPSHOT_CONTENT_BOUND not in finalizers:
+    finalizers = list(meta_of(content).get("finalizers") or [])
+    if finalizer not in finalizers:
         return None
-    remaining = [f for f in finalizers if f != names.FINALIZER_SNAPSHOT_CONTENT_BOUND]
+    remaining = [f for f in finalizers if f != finalizer]
     return [
         {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
         {"op": "replace", "path": "/metadata/finalizers", "value": remaining or None},

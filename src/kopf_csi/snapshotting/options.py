@@ -44,6 +44,19 @@ class SnapshotterOptions:
     """`--extra-create-metadata`: add the VolumeSnapshot's name and namespace and the content's
     name to the CreateSnapshot parameters."""
 
+    enable_volume_group_snapshots: bool = True
+    """`--enable-volume-group-snapshots` (csi-snapshotter v7's flag; v8 turned it into the
+    `CSIVolumeGroupSnapshot` feature gate, GA and on): run the group snapshot controller for
+    the VolumeGroupSnapshotContents of our driver, when the driver has the
+    GROUP_CONTROLLER_SERVICE with CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT."""
+
+    group_snapshot_name_prefix: str = names.DEFAULT_GROUP_SNAPSHOT_NAME_PREFIX
+    """`--groupsnapshot-name-prefix`: CreateVolumeGroupSnapshot's name is
+    `<prefix>-<VolumeGroupSnapshot uid>`."""
+
+    group_snapshot_name_uuid_length: int = -1
+    """`--groupsnapshot-name-uuid-length`: -1 keeps the uid whole; N drops its dashes, keeps N."""
+
     use_get_snapshot: bool = True
     """Read a snapshot's status with GetSnapshot when the driver has GET_SNAPSHOT (CSI 1.12),
     else with ListSnapshots. Upstream always lists; both give the same answer."""
@@ -57,5 +70,8 @@ class SnapshotterOptions:
             raise ValueError("the snapshotter needs at least one worker")
         if not self.snapshot_name_prefix:
             raise ValueError("the snapshot name prefix must not be empty")
-        if self.snapshot_name_uuid_length == 0 or self.snapshot_name_uuid_length < -1:
-            raise ValueError("the snapshot name uuid length must be -1 or more than zero")
+        for length in (self.snapshot_name_uuid_length, self.group_snapshot_name_uuid_length):
+            if length == 0 or length < -1:
+                raise ValueError("the snapshot name uuid length must be -1 or more than zero")
+        if not self.group_snapshot_name_prefix:
+            raise ValueError("the group snapshot name prefix must not be empty")

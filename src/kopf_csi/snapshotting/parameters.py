@@ -20,12 +20,14 @@ from kopf_csi.provisioning import templates
 from kopf_csi.provisioning.gofmt import go_quote
 
 __all__ = [
+    "GROUP_SNAPSHOTTER_SECRET",
     "LIST_SECRET",
     "SNAPSHOTTER_SECRET",
     "ParameterError",
     "SecretKind",
     "SecretRef",
     "driver_parameters",
+    "group_driver_parameters",
     "secret_reference",
 ]
 
@@ -50,6 +52,11 @@ LIST_SECRET = SecretKind(
     "SnapshotterList",
     names.PARAM_SNAPSHOTTER_LIST_SECRET_NAME,
     names.PARAM_SNAPSHOTTER_LIST_SECRET_NAMESPACE,
+)
+GROUP_SNAPSHOTTER_SECRET = SecretKind(
+    "GroupSnapshotter",
+    names.PARAM_GROUP_SNAPSHOTTER_SECRET_NAME,
+    names.PARAM_GROUP_SNAPSHOTTER_SECRET_NAMESPACE,
 )
 _KNOWN_RESERVED = frozenset(
     {
@@ -92,14 +99,35 @@ def driver_parameters(
     return result
 
 
+def group_driver_parameters(
+    parameters: Mapping[str, str] | None,
+    *,
+    content: Mapping[str, Any],
+    extra_create_metadata: bool = False,
+) -> dict[str, str]:
+    """The same for CreateVolumeGroupSnapshot: the group's and its content's names as extras."""
+    result = driver_parameters(parameters)
+    if extra_create_metadata:
+        ref = (content.get("spec") or {}).get("volumeGroupSnapshotRef") or {}
+        result[names.PARAM_VOLUME_GROUP_SNAPSHOT_NAME] = str(ref.get("name") or "")
+        result[names.PARAM_VOLUME_GROUP_SNAPSHOT_NAMESPACE] = str(ref.get("namespace") or "")
+        result[names.PARAM_VOLUME_GROUP_SNAPSHOT_CONTENT_NAME] = str(content["metadata"]["name"])
+    return result
+
+
 def secret_reference(
     kind: SecretKind,
     parameters: Mapping[str, str] | None,
     *,
     content_name: str,
     snapshot: Mapping[str, Any] | None = None,
+    token: str = "volumesnapshot",
 ) -> SecretRef | None:
-    """The secret a class names for `kind`, resolved; None when it names none."""
+    """The secret a class names for `kind`, resolved; None when it names none.
+
+    `token` is the tokens' stem: `volumesnapshot` (`${volumesnapshotcontent.name}`,
+    `${volumesnapshot.name}`, ...), or `volumegroupsnapshot` for a group class
+    (`GetGroupSnapshotSecretReference`)."""
     try:
         name_template, namespace_template = _templates(kind, parameters or {})
     except ParameterError as exc:
@@ -107,12 +135,12 @@ def secret_reference(
     if not name_template and not namespace_template:
         return None
     meta = (snapshot or {}).get("metadata") or {}
-    namespace_params = {"volumesnapshotcontent.name": content_name}
-    name_params = {"volumesnapshotcontent.name": content_name}
+    namespace_params = {f"{token}content.name": content_name}
+    name_params = {f"{token}content.name": content_name}
     if snapshot is not None:
-        namespace_params["volumesnapshot.namespace"] = str(meta.get("namespace") or "")
-        name_params["volumesnapshot.name"] = str(meta.get("name") or "")
-        name_params["volumesnapshot.namespace"] = str(meta.get("namespace") or "")
+        namespace_params[f"{token}.namespace"] = str(meta.get("namespace") or "")
+        name_params[f"{token}.name"] = str(meta.get("name") or "")
+        name_params[f"{token}.namespace"] = str(meta.get("namespace") or "")
     namespace = _resolve(namespace_template, namespace_params)
     if not templates.is_dns1123_label(namespace):
         raise ParameterError(_invalid(namespace_template, namespace, "namespace"))

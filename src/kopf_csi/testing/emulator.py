@@ -118,6 +118,21 @@ KINDS: tuple[Kind, ...] = (
         False,
         status=True,
     ),
+    *(
+        Kind(
+            "groupsnapshot.storage.k8s.io",
+            "v1",
+            plural,
+            kind,
+            kind == "VolumeGroupSnapshot",
+            status,
+        )
+        for plural, kind, status in (
+            ("volumegroupsnapshots", "VolumeGroupSnapshot", True),
+            ("volumegroupsnapshotcontents", "VolumeGroupSnapshotContent", True),
+            ("volumegroupsnapshotclasses", "VolumeGroupSnapshotClass", False),
+        )
+    ),
 )
 """What the operator and the controller stand-ins touch. Core ``events`` wins the bare name."""
 

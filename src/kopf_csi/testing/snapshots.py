@@ -21,9 +21,10 @@ sidecars.md §1.4):
   driver and removes the content's finalizer); under Retain the content stays. Then, once no
   Pending claim is being restored from it, the snapshot loses its finalizers.
 
-Left out: pre-provisioned snapshots (`volumeSnapshotContentName` sources), the PVC's
-`pvc-as-source-protection` finalizer, group snapshots, validation labels, events, and
-distributed snapshotting.
+Left out: pre-provisioned snapshots (`volumeSnapshotContentName` sources; the members of a
+group snapshot are handled by its subclass, `groupsnapshots.GroupSnapshotController`), the
+PVC's `pvc-as-source-protection` finalizer, validation labels, events, and distributed
+snapshotting.
 
 How it runs: in-process on the emulator's change feed, one level-triggered synchronous pass
 per batch of changes, like `kcm`.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import ClassVar
 
 from kopf_csi import names
 from kopf_csi.provisioning.quantities import format_binary_si
@@ -68,7 +70,7 @@ def _rfc3339(nanoseconds: int) -> str:
 class SnapshotController(StandIn):
     """``async with SnapshotController(cluster): ...`` runs the stand-in as a background task."""
 
-    watched = (
+    watched: ClassVar[tuple[str, ...]] = (
         "volumesnapshots",
         "volumesnapshotcontents",
         "volumesnapshotclasses",
@@ -216,7 +218,7 @@ class SnapshotController(StandIn):
         finalizers = list(_meta(snapshot).get("finalizers") or [])
         if not any(f in finalizers for f in _OUR_SNAPSHOT_FINALIZERS):
             return
-        content = self._get("volumesnapshotcontents", content_name(snapshot))
+        content = self._get("volumesnapshotcontents", self._content_name_of(snapshot))
         if content is not None:
             annotations = _meta(content).get("annotations") or {}
             if names.ANN_SNAPSHOT_BEING_DELETED not in annotations:
@@ -230,6 +232,11 @@ class SnapshotController(StandIn):
             return  # a claim is still being made from it
         remaining = [f for f in finalizers if f not in _OUR_SNAPSHOT_FINALIZERS]
         self._patch("volumesnapshots", snapshot, {"metadata": {"finalizers": remaining}})
+
+    def _content_name_of(self, snapshot: Body) -> str:
+        """The content a snapshot is bound to: its pre-provisioned source, else the dynamic one."""
+        source = _spec(snapshot).get("source") or {}
+        return str(source.get("volumeSnapshotContentName") or content_name(snapshot))
 
     def _restoring_from(self, snapshot: Body) -> bool:
         """`isVolumeBeingCreatedFromSnapshot`: a Pending claim names it as its data source."""

@@ -1,0 +1,413 @@
+"""What the two content controllers of the csi-snapshotter share: the caches, the watch-event
+filter, the writes, the being-created annotation, the finalizer release, the error status and
+the secret named by a content's annotations.
+
+`Snapshotter` (VolumeSnapshotContents, `operations`) and `GroupSnapshotter`
+(VolumeGroupSnapshotContents, `group_operations`) are the two subclasses; they differ in their
+resource, their annotation and finalizer keys and their Go texts (a `Texts`), and in what they
+ask of the driver. Upstream has the same pairs of functions, once per kind
+(`setAnnVolumeSnapshotBeingCreated` and `setAnnVolumeGroupSnapshotBeingCreated`, ...).
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import dataclasses
+import datetime
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar
+
+import structlog
+
+from kopf_csi import events, kube, logs, names
+from kopf_csi.caches import Cache
+from kopf_csi.csi import CSIClient, CSIError, DriverInfo
+from kopf_csi.provisioning.gofmt import go_quote
+from kopf_csi.queueing import DONE, RETRY, Outcome
+from kopf_csi.snapshotting import decisions, parameters
+from kopf_csi.snapshotting.errors import (
+    SnapshotError,
+    controller_update_error,
+    error_text,
+    is_final,
+    quoted,
+)
+from kopf_csi.snapshotting.options import SnapshotterOptions
+
+__all__ = ["ContentCache", "ContentController", "Texts", "now_rfc3339", "read_secret"]
+
+log = structlog.get_logger("kopf_csi.snapshotter")
+
+DELETED_REMEMBERED = 10_000
+Body = Mapping[str, Any]
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _resource_version(obj: Body) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class ContentCache(Cache):
+    """The content cache; an older version never replaces a newer one (`StoreObjectUpdate`):
+    our own writes are stored at once, and their watch events may trail older ones."""
+
+    def store(self, obj: Body) -> None:
+        current = self.get(obj["metadata"]["name"])
+        if current is not None and _resource_version(current) > _resource_version(obj):
+            return
+        super().store(obj)
+
+
+@dataclasses.dataclass(frozen=True)
+class Texts:
+    """One kind's Go error texts around the annotations and the secret (`names` templates)."""
+
+    set_being_created: str
+    remove_being_created_final: str
+    remove_being_created: str
+    secret_unspecified: str
+    credentials: str
+    update_status: str
+    """The create's failed status write (`{content}`, `{error}`)."""
+
+
+async def read_secret(api: kube.KubeClient, name: str, namespace: str) -> dict[str, str]:
+    """`GetCredentials`: the secret's data, decoded (never logged)."""
+    try:
+        secret = await api.get(kube.SECRETS, name, namespace)
+    except kube.KubeError as exc:
+        secret, error = None, exc.message
+    else:
+        error = f'secrets "{name}" not found'
+    if secret is not None:
+        try:
+            return kube.decode_secret_data(secret)
+        except ValueError as exc:
+            error = str(exc)
+    message = names.ERROR_SNAPSHOT_GET_SECRET.format(name=name, namespace=namespace, error=error)
+    raise SnapshotError(message)
+
+
+class ContentController(abc.ABC):
+    """The sidecar's state and shared steps for one kind of content of one driver."""
+
+    resource: ClassVar[kube.Resource]
+    kind: ClassVar[str]
+    being_created: ClassVar[str]
+    """The being-created annotation key."""
+    finalizer: ClassVar[str]
+    """The bound-protection finalizer the release removes."""
+    secret_annotations: ClassVar[tuple[str, str]]
+    """The annotations naming the secret of the create and delete calls: name, namespace."""
+    texts: ClassVar[Texts]
+    create_failed: ClassVar[tuple[str, str]]
+    """The event reason and message template of a failed create (`{error}`)."""
+    check_failed: ClassVar[tuple[str, str]]
+    """The same for a failed check of a content that is not ready."""
+
+    def __init__(
+        self,
+        *,
+        csi_client: CSIClient,
+        api: kube.KubeClient,
+        recorder: events.Recorder,
+        driver: DriverInfo,
+        options: SnapshotterOptions,
+    ) -> None:
+        self.csi = csi_client
+        self.api = api
+        self.recorder = recorder
+        self.driver = driver
+        self.options = options
+        self.contents = ContentCache()
+        self.classes = Cache()
+        self._seen: dict[str, Body] = {}
+        self.deleted_on_driver: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """UIDs of contents whose delete on the driver succeeded and whose writes are not done
+        yet: a retry of those writes never deletes on the driver again."""
+
+    @abc.abstractmethod
+    def is_ours(self, content: Body) -> bool: ...
+
+    @abc.abstractmethod
+    def is_ready(self, content: Body) -> bool: ...
+
+    @abc.abstractmethod
+    def next_action(self, content: Body) -> decisions.Action: ...
+
+    @abc.abstractmethod
+    def should_delete(self, content: Body) -> bool: ...
+
+    @abc.abstractmethod
+    async def _create_input(self, content: Body) -> tuple[Body | None, dict[str, str] | None]:
+        """The class (None for a pre-provisioned content) and the secret of the create."""
+
+    @abc.abstractmethod
+    def _parameters(self, content: Body, cls: Body | None) -> dict[str, str]:
+        """The create's parameters (`parameters.ParameterError` if unusable)."""
+
+    @abc.abstractmethod
+    async def _call_create(
+        self, content: Body, params: dict[str, str], secrets: dict[str, str] | None
+    ) -> Any:
+        """The CSI create call (the handler's part): its answer."""
+
+    @abc.abstractmethod
+    def _take_error(self, content: Body, error: BaseException) -> str:
+        """The error text of a failed create call."""
+
+    @abc.abstractmethod
+    async def _save_created(self, content: Body, answer: Any) -> Body:
+        """The answer into the content's status."""
+
+    @abc.abstractmethod
+    async def _check(self, content: Body) -> Body: ...
+
+    @abc.abstractmethod
+    async def _delete(self, content: Body) -> Outcome: ...
+
+    # -- watch events --------------------------------------------------------------------------
+
+    def observe(self, content: Body, *, deleted: bool = False) -> bool:
+        """A watch event of a content: whether it needs a sync (the informer's handlers)."""
+        name = str(content["metadata"]["name"])
+        if deleted:
+            self.contents.remove(content)
+            self._seen.pop(name, None)
+            return False
+        self.contents.store(content)
+        if not self.is_ours(content):
+            return False
+        previous, self._seen[name] = self._seen.get(name), content
+        return decisions.should_enqueue_change(previous, content, own=self.being_created)
+
+    def unsettled(self) -> list[str]:
+        """Contents of ours that are not ready or are being deleted (for the resync)."""
+        return [
+            str(c["metadata"]["name"])
+            for c in self.contents
+            if self.is_ours(c) and (decisions.is_deleting(c) or not self.is_ready(c))
+        ]
+
+    async def sync(self, name: str) -> Outcome:
+        content = self.contents.get(name)
+        if content is None or not self.is_ours(content):
+            return DONE
+        with logs.bound_object(content, kind=self.kind):
+            return await self._dispatch(content)
+
+    async def _dispatch(self, content: Body) -> Outcome:
+        """`syncContent` / `syncGroupSnapshotContent`."""
+        action = self.next_action(content)
+        if action is decisions.Action.DELETE_SNAPSHOT:
+            return await self._delete(content)
+        if action is decisions.Action.RELEASE:
+            return await self._release(content)
+        if action is decisions.Action.READY:
+            try:  # nothing to call; only a left-over being-created annotation to remove
+                await self._remove_being_created(content)
+            except SnapshotError as exc:
+                log.warning("annotation_not_removed", error=exc.message)
+                return RETRY
+            return DONE
+        creating = action is decisions.Action.CREATE
+        reason, template = self.create_failed if creating else self.check_failed
+        try:
+            updated = await (self._create(content) if creating else self._check(content))
+        except SnapshotError as exc:
+            log.warning("snapshot_sync_failed", action=action.value, error=exc.message)
+            failed = exc.content if exc.content is not None else content
+            await self._save_error(failed, reason, template.format(error=exc.message))
+            return RETRY
+        if self.should_delete(updated):
+            # Deleted while the create was running: go on with the deletion now (upstream
+            # waits for the resync, as its update filter drops the annotation's removal).
+            return await self._dispatch(updated)
+        return DONE if self.is_ready(updated) else RETRY  # not ready: poll with backoff
+
+    async def _create(self, content: Body) -> Body:
+        """`createSnapshotWrapper` / `createGroupSnapshotWrapper`: the being-created annotation
+        before the call, removed after the status is saved or after a final error."""
+        name = str(content["metadata"]["name"])
+        cls, secrets = await self._create_input(content)
+        content = await self._set_being_created(content)
+        try:
+            params = self._parameters(content, cls)
+        except parameters.ParameterError as exc:
+            raise SnapshotError(str(exc), content=content) from None
+        try:
+            answer = await self._call_create(content, params, secrets)
+        except (SnapshotError, CSIError) as exc:
+            log.info("create_failed", error=error_text(exc), final=is_final(exc))
+            if is_final(exc):
+                content = await self._remove_being_created(content, final=True)
+            raise SnapshotError(self._take_error(content, exc), content=content) from None
+        try:
+            content = await self._save_created(content, answer)
+        except SnapshotError as exc:
+            message = self.texts.update_status.format(content=name, error=exc.message)
+            raise SnapshotError(message, content=content) from None
+        return await self._remove_being_created(content)
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    async def _write(
+        self,
+        content: Body,
+        patch: Any,
+        *,
+        status: bool = False,
+        patch_type: kube.PatchType = "merge",
+    ) -> Body:
+        name = str(content["metadata"]["name"])
+        try:
+            updated = await self.api.patch(
+                self.resource,
+                name,
+                patch,
+                patch_type=patch_type,
+                subresource="status" if status else None,
+            )
+        except kube.KubeError as exc:
+            raise SnapshotError(
+                controller_update_error(name, exc.message), content=content
+            ) from None
+        self.contents.store(updated)
+        return updated
+
+    async def _set_being_created(self, content: Body) -> Body:
+        if self.being_created in decisions.annotations_of(content):
+            return content
+        patch = {"metadata": {"annotations": {self.being_created: "yes"}}}
+        try:
+            return await self._write(content, patch)
+        except SnapshotError as exc:
+            message = self.texts.set_being_created.format(
+                content=content["metadata"]["name"], quoted=quoted(exc)
+            )
+            raise SnapshotError(message, content=content) from None
+
+    async def _remove_being_created(self, content: Body, *, final: bool = False) -> Body:
+        if self.being_created not in decisions.annotations_of(content):
+            return content
+        patch = {"metadata": {"annotations": {self.being_created: None}}}
+        try:
+            return await self._write(content, patch)
+        except SnapshotError as exc:
+            name = content["metadata"]["name"]
+            if final:
+                message = self.texts.remove_being_created_final.format(
+                    content=name, error=exc.message
+                )
+            else:
+                message = self.texts.remove_being_created.format(content=name, quoted=quoted(exc))
+            raise SnapshotError(message, content=content) from None
+
+    async def _delete_once(
+        self,
+        content: Body,
+        on_driver: Callable[[Body], Awaitable[Outcome | None]],
+        *,
+        cleared: Mapping[str, Any],
+        clear_failed: tuple[str, str],
+    ) -> Outcome:
+        """Delete on the driver (`on_driver`: None when done, else the retry), clear the
+        status, release. A retry after the driver's delete succeeded skips it (by uid)."""
+        uid = str(content["metadata"].get("uid", ""))
+        if uid not in self.deleted_on_driver:
+            outcome = await on_driver(content)
+            if outcome is not None:
+                return outcome
+            self.deleted_on_driver[uid] = None
+            while len(self.deleted_on_driver) > DELETED_REMEMBERED:
+                self.deleted_on_driver.popitem(last=False)
+        try:
+            content = await self._write(content, cleared, status=True)
+        except SnapshotError as exc:
+            log.warning("content_status_not_cleared", error=exc.message)
+            await self._event(content, *clear_failed)
+            return RETRY
+        outcome = await self._release(content)
+        if outcome == DONE:
+            self.deleted_on_driver.pop(uid, None)
+        return outcome
+
+    async def _release(self, content: Body) -> Outcome:
+        """`removeContentFinalizer`: only the bound-protection finalizer, nothing else.
+
+        The patch tests the finalizers it was computed from; when the snapshot-controller (or
+        anyone) changed them meanwhile, that is a lost race: the content is read again and the
+        patch computed again, at once and quietly.
+        """
+        name = str(content["metadata"]["name"])
+        policy = (content.get("spec") or {}).get("deletionPolicy")
+        for attempt in range(1, kube.STALE_WRITE_ATTEMPTS + 1):
+            patch = decisions.release_patch(content, finalizer=self.finalizer)
+            if patch is None:
+                return DONE
+            try:
+                updated = await self.api.patch(self.resource, name, patch, patch_type="json")
+            except kube.NotFoundError:
+                return DONE
+            except kube.KubeError as exc:
+                last = attempt == kube.STALE_WRITE_ATTEMPTS
+                if not isinstance(exc, kube.StaleWriteError) or last:
+                    error = controller_update_error(name, exc.message)
+                    log.warning("content_not_released", error=error)
+                    return RETRY
+                log.debug("content_release_raced", error=str(exc))
+            else:
+                self.contents.store(updated)
+                log.info("content_released", policy=policy)
+                return DONE
+            try:
+                fresh = await self.api.get(self.resource, name)
+            except kube.KubeError as exc:
+                log.warning("content_not_released", error=str(exc))
+                return RETRY
+            if fresh is None:
+                return DONE
+            self.contents.store(fresh)
+            content = fresh
+        return RETRY  # not reached: the last attempt returns
+
+    async def _save_error(self, content: Body, reason: str, message: str) -> None:
+        """`update*ErrorStatusWithEvent`: the error into the status, and an event, once per
+        distinct message; the event is posted even when the status write fails."""
+        patch = decisions.error_status_patch(content, message, now_rfc3339())
+        if patch is None:
+            return
+        try:
+            content = await self._write(content, patch, status=True)
+        except SnapshotError as exc:
+            log.warning("error_status_not_saved", error=exc.message)
+        await self._event(content, reason, message)
+
+    async def _event(self, content: Body, reason: str, message: str) -> None:
+        await self.recorder.post(content, type_=events.WARNING, reason=reason, message=message)
+
+    # -- secrets -----------------------------------------------------------------------------------
+
+    async def _credentials_from_annotations(self, content: Body) -> dict[str, str] | None:
+        """`GetCredentialsFromAnnotation`: the secret the snapshot-controller resolved from the
+        class's secret templates and wrote on the content."""
+        annotations = decisions.annotations_of(content)
+        name_key, namespace_key = self.secret_annotations
+        if name_key not in annotations or namespace_key not in annotations:
+            return None
+        name, namespace = annotations[name_key], annotations[namespace_key]
+        content_name = go_quote(str(content["metadata"]["name"]))
+        if not name or not namespace:
+            raise SnapshotError(self.texts.secret_unspecified.format(quoted=content_name))
+        try:
+            return await read_secret(self.api, name, namespace)
+        except SnapshotError as exc:
+            log.warning("snapshot_credentials_failed", error=exc.message)
+            raise SnapshotError(self.texts.credentials.format(quoted=content_name)) from None
