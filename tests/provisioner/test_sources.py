@@ -276,18 +276,25 @@ def make_creds(cluster: EmulatedCluster) -> None:
     cluster.create("secrets", {"metadata": {"name": "creds", "namespace": NAMESPACE}, "data": {}})
 
 
-async def test_a_restore_waiting_for_its_secret_keeps_the_snapshot_protected(
+async def restore_waiting_for_its_secret(
     cluster: EmulatedCluster, operator: OperatorThread, csi_client: CSIClient
-) -> None:
-    """As the Go provisioner on a real server: the finalizer first, then the secret fails."""
+) -> Body:
+    """A restore whose class names a provisioner secret that does not exist (yet)."""
     await make_storage_class(cluster, operator)
     await make_storage_class(cluster, operator, "secured", parameters=SECRET_PARAMETERS)
     source_pv = await wait_for_bound(cluster, make_claim(cluster, "source"))
     await make_snapshot(cluster, csi_client, source_pv)
-    protection = names.FINALIZER_SNAPSHOT_SOURCE_PROTECTION
-
     restored = make_claim(cluster, "restored", storage_class="secured", data_source=FROM_SNAPSHOT)
     await wait_for_event(cluster, restored, FAILED, message=MISSING_SECRET)
+    return restored
+
+
+async def test_a_restore_waiting_for_its_secret_keeps_the_snapshot_protected(
+    cluster: EmulatedCluster, operator: OperatorThread, csi_client: CSIClient
+) -> None:
+    """As the Go provisioner on a real server: the finalizer first, then the secret fails."""
+    restored = await restore_waiting_for_its_secret(cluster, operator, csi_client)
+    protection = names.FINALIZER_SNAPSHOT_SOURCE_PROTECTION
     assert finalizers_of(cluster, "volumesnapshots", "snap") == [protection]
     await assert_stays(  # while the claim retries
         lambda: finalizers_of(cluster, "volumesnapshots", "snap") == [protection],
@@ -303,12 +310,7 @@ async def test_a_restore_waiting_for_its_secret_keeps_the_snapshot_protected(
 async def test_a_deleted_restore_releases_the_snapshot(
     cluster: EmulatedCluster, operator: OperatorThread, csi_client: CSIClient
 ) -> None:
-    await make_storage_class(cluster, operator)
-    await make_storage_class(cluster, operator, "secured", parameters=SECRET_PARAMETERS)
-    source_pv = await wait_for_bound(cluster, make_claim(cluster, "source"))
-    await make_snapshot(cluster, csi_client, source_pv)
-    restored = make_claim(cluster, "restored", storage_class="secured", data_source=FROM_SNAPSHOT)
-    await wait_for_event(cluster, restored, FAILED, message=MISSING_SECRET)
+    await restore_waiting_for_its_secret(cluster, operator, csi_client)
     assert finalizers_of(cluster, "volumesnapshots", "snap")
 
     cluster.delete("persistentvolumeclaims", NAMESPACE, "restored")

@@ -15,7 +15,7 @@ import abc
 import collections
 import dataclasses
 import datetime
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import structlog
@@ -111,6 +111,10 @@ class ContentController(abc.ABC):
     """The event reason and message template of a failed create (`{error}`)."""
     check_failed: ClassVar[tuple[str, str]]
     """The same for a failed check of a content that is not ready."""
+    cleared_status: ClassVar[Mapping[str, Any]]
+    """The status patch written once the driver deleted the snapshot(s)."""
+    clear_failed: ClassVar[tuple[str, str]]
+    """The event reason and message when that status write fails."""
 
     def __init__(
         self,
@@ -171,7 +175,8 @@ class ContentController(abc.ABC):
     async def _check(self, content: Body) -> Body: ...
 
     @abc.abstractmethod
-    async def _delete(self, content: Body) -> Outcome: ...
+    async def _delete_on_driver(self, content: Body) -> Outcome | None:
+        """Delete on the driver: None when it succeeded, else the retry (the event posted)."""
 
     # -- watch events --------------------------------------------------------------------------
 
@@ -310,29 +315,24 @@ class ContentController(abc.ABC):
                 message = self.texts.remove_being_created.format(content=name, quoted=quoted(exc))
             raise SnapshotError(message, content=content) from None
 
-    async def _delete_once(
-        self,
-        content: Body,
-        on_driver: Callable[[Body], Awaitable[Outcome | None]],
-        *,
-        cleared: Mapping[str, Any],
-        clear_failed: tuple[str, str],
-    ) -> Outcome:
-        """Delete on the driver (`on_driver`: None when done, else the retry), clear the
-        status, release. A retry after the driver's delete succeeded skips it (by uid)."""
+    async def _delete(self, content: Body) -> Outcome:
+        """`deleteCSI*SnapshotOperation`: delete on the driver, clear the status, release.
+
+        A retry after the driver's delete succeeded skips it (by uid), whatever failed after.
+        """
         uid = str(content["metadata"].get("uid", ""))
         if uid not in self.deleted_on_driver:
-            outcome = await on_driver(content)
+            outcome = await self._delete_on_driver(content)
             if outcome is not None:
                 return outcome
             self.deleted_on_driver[uid] = None
             while len(self.deleted_on_driver) > DELETED_REMEMBERED:
                 self.deleted_on_driver.popitem(last=False)
         try:
-            content = await self._write(content, cleared, status=True)
+            content = await self._write(content, dict(self.cleared_status), status=True)
         except SnapshotError as exc:
             log.warning("content_status_not_cleared", error=exc.message)
-            await self._event(content, *clear_failed)
+            await self._event(content, *self.clear_failed)
             return RETRY
         outcome = await self._release(content)
         if outcome == DONE:

@@ -95,6 +95,11 @@ class GroupSnapshotter(ContentController):
         names.REASON_GROUP_SNAPSHOT_CHECK_FAILED,
         names.MESSAGE_GROUP_SNAPSHOT_CHECK_FAILED,
     )
+    cleared_status = groups.cleared_status_patch()
+    clear_failed = (
+        names.REASON_GROUP_SNAPSHOT_DELETE_ERROR,
+        names.MESSAGE_GROUP_SNAPSHOT_CLEAR_STATUS_FAILED,
+    )
 
     def is_ready(self, content: Body) -> bool:
         return groups.is_ready(content)
@@ -251,21 +256,9 @@ class GroupSnapshotter(ContentController):
 
     # -- delete and release ----------------------------------------------------------------------
 
-    async def _delete(self, content: Body) -> Outcome:
-        """`deleteCSIGroupSnapshotOperation`: DeleteVolumeGroupSnapshot with the member ids,
-        clear the status, then `removeGroupSnapshotContentFinalizer`."""
-        return await self._delete_once(
-            content,
-            self._delete_on_driver,
-            cleared=groups.cleared_status_patch(),
-            clear_failed=(
-                names.REASON_GROUP_SNAPSHOT_DELETE_ERROR,
-                names.MESSAGE_GROUP_SNAPSHOT_CLEAR_STATUS_FAILED,
-            ),
-        )
-
     async def _delete_on_driver(self, content: Body) -> Outcome | None:
-        """DeleteVolumeGroupSnapshot: None when it succeeded, else the retry."""
+        """`deleteCSIGroupSnapshotOperation`'s call: DeleteVolumeGroupSnapshot with the member
+        ids; then the base clears the status and `removeGroupSnapshotContentFinalizer`."""
         name = str(content["metadata"]["name"])
         try:
             secrets = await self._credentials_from_annotations(content)

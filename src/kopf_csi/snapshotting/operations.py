@@ -67,6 +67,8 @@ class Snapshotter(ContentController):
 
     create_failed = (names.REASON_SNAPSHOT_CREATION_FAILED, names.MESSAGE_SNAPSHOT_CREATION_FAILED)
     check_failed = (names.REASON_SNAPSHOT_CHECK_FAILED, names.MESSAGE_SNAPSHOT_CHECK_FAILED)
+    cleared_status = decisions.cleared_status_patch()
+    clear_failed = (names.REASON_SNAPSHOT_DELETE_ERROR, names.MESSAGE_SNAPSHOT_CLEAR_STATUS_FAILED)
 
     def is_ready(self, content: Body) -> bool:
         return decisions.is_ready(content)
@@ -249,18 +251,6 @@ class Snapshotter(ContentController):
         raise SnapshotError(not_found)
 
     # -- delete and release ----------------------------------------------------------------------
-
-    async def _delete(self, content: Body) -> Outcome:
-        """`deleteCSISnapshotOperation`, then `removeContentFinalizer` at once."""
-        return await self._delete_once(
-            content,
-            self._delete_on_driver,
-            cleared=decisions.cleared_status_patch(),
-            clear_failed=(
-                names.REASON_SNAPSHOT_DELETE_ERROR,
-                names.MESSAGE_SNAPSHOT_CLEAR_STATUS_FAILED,
-            ),
-        )
 
     async def _delete_on_driver(self, content: Body) -> Outcome | None:
         """DeleteSnapshot with the deletion secret: None when it succeeded, else the retry."""
