@@ -123,7 +123,8 @@ def _start_backend(memo: kopf.Memo, registration: Registration) -> None:
 
     async def run() -> None:
         if runtime.settings_from_memo(memo).leader_election.enabled:
-            lease = names.lease_name(names.LEASE_PREFIX_PROVISIONER, name)
+            # The Go library's lock name, unlike external-provisioner's: not sanitized further.
+            lease = name.replace("/", "-")
             await runtime.elect(memo, leases={lease: registration.manager})
         await _run(memo, served)
 
