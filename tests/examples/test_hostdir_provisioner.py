@@ -12,6 +12,7 @@ election on the Go library's Lease.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import pathlib
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from handlers.examples.hostdir_provisioner import NAME, parse_parameters
+from handlers.examples.hostdir_provisioner import NAME, node_affinity, parse_parameters
 from kopf_csi import names
 from kopf_csi.provisioning.journal import journal_name
 from kopf_csi.settings import (
@@ -31,7 +32,7 @@ from kopf_csi.settings import (
 )
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
-from kopf_csi.testing.pytest_plugin import NODE, seed_node, until
+from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, seed_node, until
 from tests.examples import gate
 
 EXAMPLE = "handlers.examples.hostdir_provisioner"
@@ -122,6 +123,14 @@ def events_of(cluster: EmulatedCluster, name: str, reason: str) -> list[str]:
         for event in cluster.objects("events")
         if event.get("involvedObject", {}).get("name") == name and event.get("reason") == reason
     ]
+
+
+def event_count(cluster: EmulatedCluster, name: str, reason: str) -> int:
+    return sum(
+        event.get("count", 1)
+        for event in cluster.objects("events")
+        if event.get("involvedObject", {}).get("name") == name and event.get("reason") == reason
+    )
 
 
 def directories(base: pathlib.Path) -> list[str]:
@@ -232,8 +241,82 @@ async def test_a_bad_parameter_is_a_final_error_with_its_event(
     assert failures[0] == "invalid volumeType 'nfs': local or hostPath"
     refused = await until(lambda: events_of(cluster, "block", "ProvisioningFailed"))
     assert refused[0] == f"{NAME} does not support block volume provisioning"
+    await until(lambda: event_count(cluster, "wrong", "ProvisioningFailed") > 1)  # retried
+    # The library's canProvision: before the Provisioning event, and never retried by itself.
+    assert events_of(cluster, "block", "Provisioning") == []
+    assert event_count(cluster, "block", "ProvisioningFailed") == 1
     assert cluster.objects("persistentvolumes") == []
     assert directories(base) == []
+
+
+async def test_a_volume_of_another_node_is_ignored_not_deleted(
+    cluster: EmulatedCluster, kcm: Any, operator: OperatorThread, base: pathlib.Path
+) -> None:
+    """`delete` raises IgnoredError: no VolumeFailedDelete, the PV and its directory stay."""
+    storage_class(cluster, base)
+    (base / "pv-elsewhere").mkdir(parents=True)
+    cluster.create(
+        "persistentvolumes",
+        {"apiVersion": "v1", "kind": "PersistentVolume",
+         "metadata": {"name": "pv-elsewhere", "annotations": {names.ANN_PROVISIONED_BY: NAME}},
+         "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"],
+                  "local": {"path": str(base / "pv-elsewhere")}, "storageClassName": "hostdir",
+                  "persistentVolumeReclaimPolicy": "Delete",
+                  "nodeAffinity": node_affinity("node-2"),
+                  "claimRef": {"namespace": NAMESPACE, "name": "gone", "uid": "gone-uid"}}},
+    )  # fmt: skip
+    await until(
+        lambda: (
+            cluster.get("persistentvolumes", None, "pv-elsewhere").get("status", {}).get("phase")
+            == "Released"
+        )
+    )
+    claim(cluster, "after")  # once this one is done, the Released PV has been seen too
+    await until(lambda: bound_volume(cluster, "after"))
+    await asyncio.sleep(0.5)
+    assert cluster.get("persistentvolumes", None, "pv-elsewhere") is not None
+    assert "pv-elsewhere" in directories(base)
+    assert events_of(cluster, "pv-elsewhere", "VolumeFailedDelete") == []
+
+
+async def test_served_next_to_a_csi_driver(
+    cluster: EmulatedCluster,
+    kcm: Any,
+    driver: Any,
+    kubeconfig: pathlib.Path,
+    socket_path: pathlib.Path,
+    base: pathlib.Path,
+) -> None:
+    """One operator, two back ends: the CSI driver's classes and the example's, side by side."""
+    settings = Settings(
+        csi=CSISettings(address=f"unix://{socket_path}", timeout=5.0, connect_timeout=10.0),
+        kube=KubeSettings(kubeconfig=kubeconfig),
+        provisioner=ProvisionerOptions(retry_interval_start=0.05, node_name=NODE),
+    )
+    storage_class(cluster, base)
+    cluster.create(
+        "storageclasses",
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "csi"},
+         "provisioner": DRIVER_NAME, "reclaimPolicy": "Delete",
+         "volumeBindingMode": "Immediate"},
+    )  # fmt: skip
+    async with running_operator(settings=settings, modules=(*DEFAULT_MODULES, EXAMPLE)):
+        claim(cluster, "on-disk")
+        claim(cluster, "on-driver", cls="csi")
+        local = await until(lambda: bound_volume(cluster, "on-disk"))
+        csi = await until(lambda: bound_volume(cluster, "on-driver"))
+        assert "local" in local["spec"]
+        assert "csi" not in local["spec"]
+        assert csi["spec"]["csi"]["driver"] == DRIVER_NAME
+        assert csi["metadata"]["annotations"][names.ANN_PROVISIONED_BY] == DRIVER_NAME
+        writers = {e["manager"] for e in csi["metadata"]["managedFields"]}
+        assert names.MANAGER_PROVISIONER in writers
+        assert "kopf-csi.kopf.dev-hostdir" not in writers
+        delete_claim(cluster, "on-disk")
+        delete_claim(cluster, "on-driver")
+        await until(lambda: cluster.objects("persistentvolumes") == [])
+        assert directories(base) == []
+        assert driver.state.volumes == {}
 
 
 @pytest.mark.parametrize("deleted_meanwhile", [False, True], ids=["claim-kept", "claim-deleted"])

@@ -140,7 +140,7 @@ def test_a_volume_source_is_completed_from_the_claim_and_class() -> None:
     assert result.volume is not None
     volume = complete_volume(
         result.volume, claim=CLAIM, storage_class=CLASS, volume_name="pvc-u-1",
-        provisioner_name="example.com/x", requested_bytes=2 * 2**20,
+        requested_bytes=2 * 2**20,
     )  # fmt: skip
     assert volume == {
         "apiVersion": "v1",
@@ -163,6 +163,5 @@ def test_a_volume_source_is_completed_from_the_claim_and_class() -> None:
         },
     }  # fmt: skip
     assert complete_volume(
-        volume, claim=CLAIM, storage_class=CLASS, volume_name="other",
-        provisioner_name="other", requested_bytes=1,
+        volume, claim=CLAIM, storage_class=CLASS, volume_name="other", requested_bytes=1,
     ) == volume  # fmt: skip

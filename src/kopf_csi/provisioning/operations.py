@@ -238,6 +238,10 @@ class Provisioner:
 
     async def provision(self, key: str, claim: Body, storage_class: Body) -> Outcome:
         started = time.monotonic()
+        if self.csi_backend is None:
+            refused = await self._check_can_provision(key, claim, storage_class)
+            if refused is not None:
+                return refused
         await self.recorder.post(
             claim,
             type_=events.NORMAL,
@@ -277,10 +281,7 @@ class Provisioner:
             volume_name=self._volume_name(claim),
             selected_node=self._selected_node(claim),
         )
-        if self.csi_backend is None:
-            # The library's checks before `Provision`; the CSI back end makes its own, in
-            # external-provisioner's order (the data source is protected first).
-            self._check_can_provision(claim, options)
+        if self.csi_backend is None:  # the CSI back end records just before CreateVolume
             await self._record(claim)
         result = await self.backend.provision(options)
         if result.volume is None:
@@ -290,7 +291,6 @@ class Provisioner:
             claim=claim,
             storage_class=storage_class,
             volume_name=options.volume_name,
-            provisioner_name=self.name,
             requested_bytes=options.requested_bytes,
         )
         await self._save(volume)
@@ -301,16 +301,28 @@ class Provisioner:
         name = decisions.selected_node(claim)
         return self.caches.nodes.get(name) if name else None
 
-    def _check_can_provision(self, claim: Body, options: ProvisionOptions) -> None:
-        """Block support (the library's `canProvision`), and a selected node that exists."""
-        if options.block and not self.block:
-            raise ProvisioningError(
-                f"{self.name} does not support block volume provisioning",
-                state=ProvisioningState.FINISHED,
-            )
+    async def _check_can_provision(
+        self, key: str, claim: Body, storage_class: Body
+    ) -> Outcome | None:
+        """The library's checks before its `Provisioning` event, for a back end other than the
+        CSI driver's (which makes its own, in external-provisioner's order): block support
+        (`canProvision`: an event, and no retry until the claim changes), and the selected
+        node (gone: the claim is rescheduled)."""
+        if (claim.get("spec") or {}).get("volumeMode") == "Block" and not self.block:
+            message = f"{self.name} does not support block volume provisioning"
+            self._observe_failure(claim)
+            await self.recorder.post(
+                claim, type_=events.WARNING, reason=names.REASON_PROVISIONING_FAILED,
+                message=message,
+            )  # fmt: skip
+            log.warning("provisioning_refused", error=message)
+            self._forget(key, claim)
+            return DONE
         node_name = decisions.selected_node(claim)
-        if node_name and options.selected_node is None:
-            raise decisions.missing_node_error(node_name)
+        if node_name and self.caches.nodes.get(node_name) is None:
+            error = decisions.missing_node_error(node_name)
+            return await self._handle_failure(key, claim, storage_class, error, error.state)
+        return None
 
     async def _record(self, claim: Body) -> None:
         """Into the in-flight journal, just before the back end may start making the volume."""

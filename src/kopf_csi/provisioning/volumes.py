@@ -222,21 +222,21 @@ def complete_volume(
     claim: Mapping[str, Any],
     storage_class: Mapping[str, Any],
     volume_name: str,
-    provisioner_name: str,
     requested_bytes: int,
 ) -> dict[str, Any]:
-    """A back end's PV (or part of one) made whole: what it set stays, the rest is filled in.
+    """A back end's PV (or part of one) made whole, as the library does after `Provision`.
 
-    The library sets the claimRef, the class and the provisioned-by annotation on whatever its
-    provisioner returns, and adds our PV finalizer; the name, access modes, capacity, volume
-    mode, reclaim policy and mount options come from the claim and its class when absent. A
-    complete PV (the CSI back end's) comes out unchanged.
+    The library sets the claimRef, the class name and the provisioned-by annotation (the
+    class's provisioner) whatever its provisioner returned, and adds our PV finalizer. Beyond
+    it, what the back end left out comes from the claim and its class: the name, the access
+    modes, the capacity (the request), the volume mode, the reclaim policy and the mount
+    options. A complete PV (the CSI back end's) comes out unchanged, key order included.
     """
     meta = dict(volume.get("metadata") or {})
     spec = dict(volume.get("spec") or {})
     meta.setdefault("name", volume_name)
     annotations = dict(meta.get("annotations") or {})
-    annotations.setdefault(names.ANN_PROVISIONED_BY, provisioner_name)
+    annotations[names.ANN_PROVISIONED_BY] = storage_class.get("provisioner", "")
     meta["annotations"] = annotations
     finalizers = list(meta.get("finalizers") or ())
     if names.FINALIZER_PV not in finalizers:
@@ -245,8 +245,8 @@ def complete_volume(
     claim_spec = claim.get("spec", {})
     spec.setdefault("accessModes", list(claim_spec.get("accessModes") or ()))
     spec.setdefault("capacity", {"storage": format_binary_si(requested_bytes)})
-    spec.setdefault("claimRef", claim_reference(claim))
-    spec.setdefault("storageClassName", claim_class_name(claim))
+    spec["claimRef"] = claim_reference(claim)
+    spec["storageClassName"] = claim_class_name(claim)
     if storage_class.get("mountOptions"):
         spec.setdefault("mountOptions", list(storage_class["mountOptions"]))
     if storage_class.get("reclaimPolicy"):  # the API server defaults it in every class
