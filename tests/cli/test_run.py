@@ -4,6 +4,8 @@ We test these aspects:
 - flags and variables reach the handlers: the PV is named with `--volume-name-prefix`, and a
   user's module file (`-m path.py`) is loaded beside the defaults and sees `memo.settings`;
 - SIGTERM stops it cleanly, with exit code 0;
+- `--no-csi` with the hostdir example's file (`-m handlers/examples/hostdir_provisioner.py`):
+  a claim is provisioned with no driver anywhere;
 - a bad value or an unknown module: exit code 2, one line on stderr, no traceback;
 - an operator that cannot start (no driver at the address): exit code 1, the reason logged.
 """
