@@ -268,9 +268,10 @@ def _claim_changed(memo: kopf.Memo, served: Served) -> runtime.Listener:
             memo.caches.claims.remove(claim)
         else:
             memo.caches.claims.store(claim)
-        _watch_clone_sources(memo, served, key, claim)
-        if deleted:
-            _watch_snapshot_source(served, claim)
+        if provisioner.csi_backend is not None:  # data-source protection is the CSI path's
+            _watch_clone_sources(memo, served, key, claim)
+            if deleted:
+                _watch_snapshot_source(served, claim)
         if bound:
             return  # nothing to provision (the Go library's first check, done before queueing)
         served.claims.add(key)

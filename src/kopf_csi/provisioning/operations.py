@@ -294,7 +294,8 @@ class Provisioner:
             requested_bytes=options.requested_bytes,
         )
         await self._save(volume)
-        await self.sources.release_snapshot_source(claim)
+        if self.csi_backend is not None:  # only the CSI back end protects its data sources
+            await self.sources.release_snapshot_source(claim)
         return volume
 
     def _selected_node(self, claim: Body) -> Body | None:
