@@ -33,7 +33,8 @@ log = structlog.get_logger("kopf_csi.attacher")
 @kopf.on.startup(id="attacher.start")
 async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
-    await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+        return
     options = settings.attacher
     attacher = Attacher(
         csi_client=memo.csi,

@@ -26,7 +26,8 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
     if not settings.capacity.enabled:
         return
-    await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+        return
     task = asyncio.create_task(_poll(memo, settings.capacity.poll_interval))
 
     async def stop() -> None:

@@ -42,7 +42,8 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     options = settings.snapshotter
     if not options.enabled or not options.enable_volume_group_snapshots:
         return
-    await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+        return
     reason = _idle_reason(memo)
     if reason is not None:
         log.info("group_snapshotter_off", reason=reason)

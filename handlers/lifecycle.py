@@ -3,7 +3,8 @@
 Every other handler module depends on what this one puts into the memo: `memo.settings`
 (Settings), `memo.api` (KubeClient), `memo.caches` (Caches, primed), `memo.recorder` (events),
 `memo.csi` (CSIClient, timed by `memo.metrics`) and, last, `memo.driver` (DriverInfo):
-controllers wait for it.
+controllers wait for it. With `--no-csi` there is no driver, client or recorder (None), and
+`memo.without_driver` is set instead: the CSI controllers stay idle.
 With `--leader-election`, `memo.driver` comes only once this replica holds every Lease
 (`runtime.lead`: `memo.leadership`, `memo.health_checks["leader-election"]`).
 """
@@ -22,6 +23,7 @@ import structlog
 from kopf_csi import events, kube, metrics, names, runtime
 from kopf_csi.caches import Cache, Caches, object_key
 from kopf_csi.csi import CSIClient, CSIError
+from kopf_csi.settings import Settings
 
 log = structlog.get_logger("kopf_csi.lifecycle")
 
@@ -48,6 +50,9 @@ async def connect(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     config = runtime.settings_from_memo(memo)
     runtime.configure_kopf(settings, registry=getattr(memo, "registry", None))
+    if config.csi.disabled:
+        await _connect_without_driver(memo, config)
+        return
     observed = metrics.from_memo(memo)  # every CSI call is timed, from the first Probe on
     client = CSIClient(
         config.csi.address, timeout=config.csi.timeout, observers=[observed.observe_call]
@@ -78,11 +83,7 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     memo.recorder = events.Recorder(  # the provisioner's: its writes are csi-provisioner's
         api.as_manager(names.MANAGER_PROVISIONER), component=events.component_name(info.name)
     )
-    memo.caches = caches = Caches()
-    await _prime(api, caches)
-    if config.kube.cache_resync > 0:
-        resync = asyncio.create_task(_resync(memo, config.kube.cache_resync), name="cache-resync")
-        memo.stoppers.append(_cancel(resync))
+    await _start_caches(memo, api, config)
     memo.driver = info
     log.info(
         "driver_connected",
@@ -91,6 +92,28 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         plugin_capabilities=sorted(info.plugin_capabilities),
         controller_capabilities=sorted(info.controller_capabilities),
     )
+
+
+async def _connect_without_driver(memo: kopf.Memo, config: Settings) -> None:
+    """`--no-csi`: the API and the caches only. Each registered provisioner back end holds its
+    own Lease (`handlers.provisioner`); the CSI controllers find no driver and stay idle."""
+    memo.csi = memo.recorder = memo.leadership = None
+    memo.stoppers = []
+    memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
+    if getattr(memo, "health_checks", None) is None:
+        memo.health_checks = {}
+    await _start_caches(memo, api, config)
+    memo.without_driver = True
+    log.info("started_without_driver")
+
+
+async def _start_caches(memo: kopf.Memo, api: kube.KubeClient, config: Settings) -> None:
+    """The caches, primed (`memo.caches`), and their periodic resync."""
+    memo.caches = caches = Caches()
+    await _prime(api, caches)
+    if config.kube.cache_resync > 0:
+        resync = asyncio.create_task(_resync(memo, config.kube.cache_resync), name="cache-resync")
+        memo.stoppers.append(_cancel(resync))
 
 
 def _primed_kinds(caches: Caches) -> dict[kube.Resource, Cache]:
@@ -188,7 +211,9 @@ async def driver_ready(memo: kopf.Memo, **_: Any) -> str:
     kopf retries a failing probe handler (holding the HTTP request for a minute) unless the
     error is permanent; a health check must answer now, so every CSI failure is permanent.
     """
-    client: CSIClient = memo.csi
+    client: CSIClient | None = memo.csi
+    if client is None:
+        return "no-csi"  # `--no-csi`: no driver to ask
     try:
         response = await client.probe()
     except CSIError as exc:

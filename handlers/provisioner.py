@@ -6,11 +6,19 @@ queues; the operations live in `kopf_csi.provisioning.operations`. Watch events 
 on the objects (no kopf annotations on users' claims), and the queues do the retrying: 1 s
 doubling to 5 min per key, forever while the object lives, as the Go sidecar with
 `FailedProvisionThreshold(0)`.
+
+One controller, two kinds of back end: the CSI driver's (when there is one), and each
+provisioner a handler module registers (`kopf_csi.provisioning.backends.register_provisioner`),
+each with its own queues, journal, events and field manager, and, with `--leader-election`, its
+own Lease. The memo keeps them in `served_provisioners`; the CSI one is also `memo.provisioner`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,8 +28,9 @@ import aiohttp
 import kopf
 import structlog
 
-from kopf_csi import kube, metrics, names, runtime
+from kopf_csi import events, kube, metrics, names, runtime
 from kopf_csi.caches import object_key
+from kopf_csi.provisioning.backends import STARTER_KEY, Registration, registered_provisioners
 from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.hooks import create_volume_hooks
 from kopf_csi.provisioning.journal import Journal, journal_name
@@ -36,70 +45,140 @@ log = structlog.get_logger("kopf_csi.provisioner")
 SNAPSHOT_SWEEP_INTERVAL = 300.0  # seconds: `--snapshot-orphan-sweep-interval` (5m)
 
 
+@dataclasses.dataclass
+class Served:
+    """One provisioner name served: its controller and its work queues."""
+
+    provisioner: Provisioner
+    claims: WorkQueue[str]
+    volumes: WorkQueue[str]
+    sources: WorkQueue[str]
+    sweeper: asyncio.Task[None] | None = None
+
+
 @kopf.on.startup(id="provisioner.start")
 async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
-    await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    memo.served_provisioners = {}
+    with_driver = await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    # Users' back ends: those registered already, and any registered later, at once.
+    for registration in registered_provisioners(memo):
+        _start_backend(memo, registration)
+    memo[STARTER_KEY] = functools.partial(_start_backend, memo)
+    if not with_driver:
+        return
     if not memo.driver.has_controller("CREATE_DELETE_VOLUME"):
         raise kopf.PermanentError("the CSI driver does not support CREATE_DELETE_VOLUME")
-    options = settings.provisioner
     api = memo.api.as_manager(names.MANAGER_PROVISIONER)
-    journal = Journal(api, namespace=settings.kube.namespace, name=journal_name(memo.driver.name))
     provisioner = Provisioner(
         csi_client=memo.csi,
         api=api,
         recorder=memo.recorder,
         caches=memo.caches,
         driver=memo.driver,
-        options=options,
+        options=settings.provisioner,
         identity=provisioner_identity(
             driver_name=memo.driver.name,
             millis=int(time.time() * 1000),
             random_number=random.randrange(10000),
         ),
-        journal=journal,
+        journal=_journal(memo, api, memo.driver.name),
         observer=metrics.from_memo(memo),
         hooks=create_volume_hooks(memo),  # the same list users' modules append to, in any order
     )
+    served = _serve(memo, provisioner)
     memo.provisioner = provisioner
-    memo.claims_queue = WorkQueue(
-        name="claims",
-        process=provisioner.sync_claim,
-        workers=settings.workers.provisioner,
-        backoff_start=options.retry_interval_start,
-        backoff_max=options.retry_interval_max,
-        observer=metrics.from_memo(memo),
-    )
-    memo.volumes_queue = WorkQueue(
-        name="volumes",
-        process=provisioner.reclaimer.sync_volume,
-        workers=settings.workers.provisioner,
-        backoff_start=options.retry_interval_start,
-        backoff_max=options.retry_interval_max,
-        observer=metrics.from_memo(memo),
-    )
-    # external-provisioner's CloningProtectionController (`--cloning-protection-threads` 1).
-    memo.sources_queue = WorkQueue(
-        name="clone-sources",
-        process=provisioner.sources.sync_source,
-        workers=1,
-        backoff_start=options.retry_interval_start,
-        backoff_max=options.retry_interval_max,
-        observer=metrics.from_memo(memo),
-    )
-    memo.claims_queue.start()
-    memo.volumes_queue.start()
-    memo.sources_queue.start()
-    memo.sweeper = None
+    memo.claims_queue, memo.volumes_queue = served.claims, served.volumes
+    memo.sources_queue = served.sources
     if memo.driver.has_controller("CREATE_DELETE_SNAPSHOT"):
-        memo.sweeper = asyncio.create_task(_sweep(provisioner, SNAPSHOT_SWEEP_INTERVAL))
-    memo.stoppers.append(_stopper(memo))
-    runtime.subscribe(memo, kube.CLAIMS, _claim_changed(memo))
-    runtime.subscribe(memo, kube.VOLUMES, _volume_changed(memo))
+        served.sweeper = asyncio.create_task(_sweep(provisioner, SNAPSHOT_SWEEP_INTERVAL))
+    await _run(memo, served)
+
+
+def _journal(memo: kopf.Memo, api: kube.KubeClient, name: str) -> Journal:
+    namespace = runtime.settings_from_memo(memo).kube.namespace
+    return Journal(api, namespace=namespace, name=journal_name(name))
+
+
+def _start_backend(memo: kopf.Memo, registration: Registration) -> None:
+    """Serve a registered back end: subscribed now (before kopf's watches start), working once
+    its Lease is ours (with `--leader-election`: the Go library's Lease, the name with `/` as
+    `-`), in a task of its own."""
+    name = registration.name
+    if name in memo.served_provisioners or name == getattr(memo.get("driver"), "name", None):
+        raise kopf.PermanentError(f"the provisioner {name!r} is served already")
+    api = memo.api.as_manager(registration.manager)
+    provisioner = Provisioner(
+        api=api,
+        recorder=events.Recorder(api, component=events.component_name(name)),
+        caches=memo.caches,
+        options=runtime.settings_from_memo(memo).provisioner,
+        journal=_journal(memo, api, name),
+        observer=metrics.from_memo(memo),
+        backend=registration.provisioner,
+        name=name,
+    )
+    served = _serve(memo, provisioner)
+    log.info("provisioner_registered", provisioner=name)
+
+    async def run() -> None:
+        if runtime.settings_from_memo(memo).leader_election.enabled:
+            # The Go library's lock name, unlike external-provisioner's: not sanitized further.
+            lease = name.replace("/", "-")
+            await runtime.elect(memo, leases={lease: registration.manager})
+        await _run(memo, served)
+
+    task = asyncio.create_task(run(), name=f"provisioner-{name}")
+    memo.stoppers.append(_cancel_start(task))
+
+
+def _serve(memo: kopf.Memo, provisioner: Provisioner) -> Served:
+    """The work queues of one provisioner, fed by the watches from now on (not started yet)."""
+    options = runtime.settings_from_memo(memo).provisioner
+    workers = runtime.settings_from_memo(memo).workers.provisioner
+
+    def queue(name: str, process: Callable[[str], Awaitable[Any]], count: int) -> WorkQueue[str]:
+        return WorkQueue(
+            name=name if provisioner.csi_backend else f"{name}-{provisioner.name}",
+            process=process,
+            workers=count,
+            backoff_start=options.retry_interval_start,
+            backoff_max=options.retry_interval_max,
+            observer=metrics.from_memo(memo),
+        )
+
+    served = Served(
+        provisioner,
+        claims=queue("claims", provisioner.sync_claim, workers),
+        volumes=queue("volumes", provisioner.reclaimer.sync_volume, workers),
+        # external-provisioner's CloningProtectionController (`--cloning-protection-threads` 1).
+        sources=queue("clone-sources", provisioner.sources.sync_source, 1),
+    )
+    memo.served_provisioners[provisioner.name] = served
+    runtime.subscribe(memo, kube.CLAIMS, _claim_changed(memo, served))
+    runtime.subscribe(memo, kube.VOLUMES, _volume_changed(served))
+    return served
+
+
+async def _run(memo: kopf.Memo, served: Served) -> None:
+    """Start the queues, with the primed volumes and the claims the journal says are unfinished."""
+    served.claims.start()
+    served.volumes.start()
+    served.sources.start()
+    memo.stoppers.append(_stopper(served))
     for volume in memo.caches.volumes:  # the primed cache: finalizers and pending deletions
-        memo.volumes_queue.add(object_key(volume))
-    for key in await _resume(provisioner):  # claims whose CreateVolume may have run
-        memo.claims_queue.add(key)
+        served.volumes.add(object_key(volume))
+    for key in await _resume(served.provisioner):  # claims whose CreateVolume may have run
+        served.claims.add(key)
+
+
+def _cancel_start(task: asyncio.Task[None]) -> Callable[[], Awaitable[None]]:
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return stop
 
 
 async def _resume(provisioner: Provisioner, *, delay: float = 0.2) -> list[str]:
@@ -117,17 +196,18 @@ async def _resume(provisioner: Provisioner, *, delay: float = 0.2) -> list[str]:
             delay = min(delay * 2, 5.0)
 
 
-def _stopper(memo: kopf.Memo) -> Callable[[], Awaitable[None]]:
+def _stopper(served: Served) -> Callable[[], Awaitable[None]]:
     """Stop the queues, then flush the journal: run by `lifecycle` before it closes clients."""
 
     async def stop() -> None:
-        if memo.sweeper is not None:
-            memo.sweeper.cancel()
-        await memo.sources_queue.stop(grace=5.0)
-        await memo.claims_queue.stop(grace=5.0)
-        await memo.volumes_queue.stop(grace=5.0)
+        if served.sweeper is not None:
+            served.sweeper.cancel()
+        await served.sources.stop(grace=5.0)
+        await served.claims.stop(grace=5.0)
+        await served.volumes.stop(grace=5.0)
         try:
-            await memo.provisioner.journal.close()
+            if served.provisioner.journal is not None:
+                await served.provisioner.journal.close()
         except Exception as exc:
             # Only removals can be pending here; the next start re-checks every record.
             log.warning("journal_not_flushed", error=str(exc))
@@ -135,27 +215,29 @@ def _stopper(memo: kopf.Memo) -> Callable[[], Awaitable[None]]:
     return stop
 
 
-def _watch_clone_sources(memo: kopf.Memo, key: str, claim: Mapping[str, Any]) -> None:
+def _watch_clone_sources(
+    memo: kopf.Memo, served: Served, key: str, claim: Mapping[str, Any]
+) -> None:
     """Re-check a protected source PVC when it is deleting, or when a clone of it changes."""
     meta = claim.get("metadata", {})
     if names.FINALIZER_CLONING_PROTECTION in (meta.get("finalizers") or ()):
-        memo.sources_queue.add(key)
+        served.sources.add(key)
     source = claim.get("spec", {}).get("dataSource") or {}
     if source.get("kind") == names.KIND_PERSISTENT_VOLUME_CLAIM and source.get("name"):
         source_key = f"{meta.get('namespace')}/{source['name']}"
         protected = memo.caches.claims.get(source_key)
         if protected is not None and protected["metadata"].get("deletionTimestamp"):
-            memo.sources_queue.add(source_key)
+            served.sources.add(source_key)
 
 
-def _watch_snapshot_source(memo: kopf.Memo, claim: Mapping[str, Any]) -> None:
+def _watch_snapshot_source(served: Served, claim: Mapping[str, Any]) -> None:
     """A deleted claim that restored from a snapshot: release the snapshot if no claim needs it."""
     try:
         reference = data_source(claim)
     except ProvisioningError:
         return  # a cross-namespace reference: never protected here
     if reference is not None and reference.kind == names.KIND_VOLUME_SNAPSHOT:
-        memo.sources_queue.add(f"{SNAPSHOT_KEY_PREFIX}{reference.namespace}/{reference.name}")
+        served.sources.add(f"{SNAPSHOT_KEY_PREFIX}{reference.namespace}/{reference.name}")
 
 
 async def _sweep(provisioner: Provisioner, interval: float) -> None:
@@ -171,35 +253,42 @@ async def _sweep(provisioner: Provisioner, interval: float) -> None:
                 log.info("snapshot_sources_released", count=released)
 
 
-def _claim_changed(memo: kopf.Memo) -> runtime.Listener:
+def _claim_changed(memo: kopf.Memo, served: Served) -> runtime.Listener:
+    provisioner = served.provisioner
+
     def changed(claim: dict[str, Any], deleted: bool) -> None:
         key = object_key(claim)
-        provisioner: Provisioner = memo.provisioner
         bound = bool(claim.get("spec", {}).get("volumeName")) and key not in provisioner.in_progress
         # Only claims with work ahead are cached: the unbound ones, and protected clone sources.
         # Bound claims are most of a cluster and nothing reads them (docs/benchmarks.md).
+        # (The shared cache: every served provisioner stores the same, its own claims or not.)
         finalizers = claim["metadata"].get("finalizers") or ()
         protected = names.FINALIZER_CLONING_PROTECTION in finalizers
-        if deleted or (bound and not protected):
+        if deleted or (bound and not protected and not _in_progress_elsewhere(memo, key)):
             memo.caches.claims.remove(claim)
         else:
             memo.caches.claims.store(claim)
-        _watch_clone_sources(memo, key, claim)
-        if deleted:
-            _watch_snapshot_source(memo, claim)
+        if provisioner.csi_backend is not None:  # data-source protection is the CSI path's
+            _watch_clone_sources(memo, served, key, claim)
+            if deleted:
+                _watch_snapshot_source(served, claim)
         if bound:
             return  # nothing to provision (the Go library's first check, done before queueing)
-        memo.claims_queue.add(key)
+        served.claims.add(key)
 
     return changed
 
 
-def _volume_changed(memo: kopf.Memo) -> runtime.Listener:
+def _in_progress_elsewhere(memo: kopf.Memo, key: str) -> bool:
+    return any(key in s.provisioner.in_progress for s in memo.served_provisioners.values())
+
+
+def _volume_changed(served: Served) -> runtime.Listener:
     def changed(volume: dict[str, Any], deleted: bool) -> None:  # the cache is current already
         if deleted:
-            memo.volumes_queue.discard(object_key(volume))
-            memo.provisioner.reclaimer.forget(volume)
+            served.volumes.discard(object_key(volume))
+            served.provisioner.reclaimer.forget(volume)
             return
-        memo.volumes_queue.add(object_key(volume))
+        served.volumes.add(object_key(volume))
 
     return changed

@@ -29,6 +29,7 @@ __all__ = [
     "caches_from_memo",
     "configure_kopf",
     "connection_info",
+    "elect",
     "is_standby",
     "lead",
     "notify",
@@ -107,14 +108,19 @@ def caches_from_memo(memo: Any) -> Caches:
     return caches
 
 
-async def wait_for_driver(memo: Any, *, timeout: float) -> None:
+async def wait_for_driver(memo: Any, *, timeout: float) -> bool:
     """Let a controller's start-up wait for `lifecycle.connect`, or fail at once if it failed.
 
-    A standby replica (leader election) waits for as long as another replica leads: the
-    timeout counts only while it is not waiting for its Leases.
+    True once the driver is connected (`memo.driver`); False when the operator runs without a
+    CSI driver (`--no-csi`): the CSI controllers then stay idle. A standby replica (leader
+    election) waits for as long as another replica leads: the timeout counts only while it is
+    not waiting for its Leases.
     """
     deadline = time.monotonic() + timeout
     while getattr(memo, "driver", None) is None:
+        if getattr(memo, "without_driver", False):
+            _log.info("controller_idle", reason="no CSI driver (--no-csi)")
+            return False
         failed = getattr(memo, "connect_error", None)
         if failed is not None:
             raise kopf.PermanentError(f"not started, lifecycle.connect failed: {failed}")
@@ -125,6 +131,7 @@ async def wait_for_driver(memo: Any, *, timeout: float) -> None:
                 f"the CSI driver was not connected within {timeout:g}s: load handlers.lifecycle"
             )
         await asyncio.sleep(0.02)
+    return True
 
 
 Listener = Callable[[Any, bool], "Awaitable[None] | None"]
@@ -278,6 +285,19 @@ async def lead(memo: Any, *, driver_name: str) -> None:
         _log.info("leader_election_skipped", reason="no controller module is loaded")
         return
 
+    leases = {role.lease_name(driver_name): role.manager for role in roles}
+    await elect(memo, leases=leases)
+
+
+async def elect(memo: Any, *, leases: dict[str, str]) -> leadership.Elector:
+    """Hold `leases` (name → field manager) for good, waiting as long as another replica does.
+
+    The Elector's `stop` goes first into `memo.stoppers` (they run in reverse: it runs last),
+    and its check into `memo.health_checks`; losing any Lease stops the work and the operator.
+    """
+    settings = settings_from_memo(memo)
+    config = settings.leader_election
+
     async def on_lost(reason: str) -> None:
         await stop_work(memo)
         request_stop(memo, f"leader election lost: {reason}")
@@ -285,8 +305,8 @@ async def lead(memo: Any, *, driver_name: str) -> None:
     try:
         elector = leadership.Elector(
             memo.api,
-            leases=[role.lease_name(driver_name) for role in roles],
-            managers={role.lease_name(driver_name): role.manager for role in roles},
+            leases=list(leases),
+            managers=leases,
             namespace=config.namespace or settings.kube.namespace,
             identity=leadership.default_identity(config.identity),
             config=config,
@@ -295,13 +315,17 @@ async def lead(memo: Any, *, driver_name: str) -> None:
         )
     except ValueError as exc:
         raise kopf.PermanentError(f"leader election cannot start: {exc}") from exc
-    memo.leadership = elector
+    first = getattr(memo, "leadership", None) is None
+    if first:  # the operator's (its CSI roles'), else the first provisioner back end's
+        memo.leadership = elector
     if getattr(memo, "health_checks", None) is None:
         memo.health_checks = {}
-    memo.health_checks["leader-election"] = elector.check
+    check = "leader-election" if first else f"leader-election-{elector.leases[0]}"
+    memo.health_checks[check] = elector.check
     memo.stoppers.insert(0, elector.stop)  # stoppers run in reverse: this one last
     await elector.acquire()
     elector.start()
+    return elector
 
 
 def _leader_gauges(memo: Any) -> list[Any]:

@@ -65,6 +65,10 @@ class CSISettings:
     connect_timeout: float = 30.0
     """How long to wait at start-up for the driver to be ready (csi-lib-utils' dial timeout)."""
 
+    disabled: bool = False
+    """`--no-csi`: run without a CSI driver, for the provisioners that handler modules register
+    (`register_provisioner`); the CSI controllers stay idle and the address is not used."""
+
     def __post_init__(self) -> None:
         _require_positive(self, "timeout", "connect_timeout")
         if not self.address:

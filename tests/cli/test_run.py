@@ -4,6 +4,8 @@ We test these aspects:
 - flags and variables reach the handlers: the PV is named with `--volume-name-prefix`, and a
   user's module file (`-m path.py`) is loaded beside the defaults and sees `memo.settings`;
 - SIGTERM stops it cleanly, with exit code 0;
+- `--no-csi` with the hostdir example's file (`-m handlers/examples/hostdir_provisioner.py`):
+  a claim is provisioned with no driver anywhere;
 - a bad value or an unknown module: exit code 2, one line on stderr, no traceback;
 - an operator that cannot start (no driver at the address): exit code 1, the reason logged.
 """
@@ -26,6 +28,7 @@ from kopf_csi.testing.kcm import ControllerManager
 
 from ..conftest import DRIVER_NAME, seed_node, stopped_cleanly, until
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 USER_MODULE = textwrap.dedent(
     """
     import json
@@ -196,3 +199,46 @@ async def test_an_operator_that_stops_itself_exits_1(
     assert process.returncode == 1, log[-3000:]
     last = json.loads(log.splitlines()[-1])
     assert (last["event"], last["reason"]) == ("operator_stopped_itself", "told to stop")
+
+
+async def test_run_without_a_csi_driver_serves_a_provisioner_module(
+    cluster: EmulatedCluster,
+    kcm: ControllerManager,
+    kubeconfig: pathlib.Path,
+    tmp_path: pathlib.Path,
+) -> None:
+    """`kopf-csi run --no-csi -m <file>`: no driver anywhere, the example provisions a claim."""
+    base = tmp_path / "hostdir"
+    seed_node(cluster)
+    cluster.create(
+        "storageclasses",
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "dirs"},
+         "provisioner": "kopf-csi.kopf.dev/hostdir", "parameters": {"basePath": str(base)},
+         "volumeBindingMode": "Immediate", "reclaimPolicy": "Delete"},
+    )  # fmt: skip
+    env = _environment(KOPF_CSI_KUBECONFIG=str(kubeconfig), KOPF_CSI_LOG_FORMAT="json")
+    example = ROOT / "handlers" / "examples" / "hostdir_provisioner.py"
+    process = await _kopf_csi(
+        "run", "--no-csi", "--node-name=node-1", "-m", str(example), env=env, cwd=ROOT
+    )
+    try:
+        cluster.create(
+            "persistentvolumeclaims",
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "data", "namespace": "default"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "dirs",
+                      "resources": {"requests": {"storage": "1Mi"}}}},
+            namespace="default",
+        )  # fmt: skip
+
+        def bound() -> str:
+            assert process.returncode is None, "kopf-csi run exited early"
+            claim = cluster.get("persistentvolumeclaims", "default", "data") or {}
+            phase = claim.get("status", {}).get("phase")
+            return str(claim["spec"].get("volumeName", "")) if phase == "Bound" else ""
+
+        volume = await until(bound, timeout=30)
+        assert [p.name for p in base.iterdir()] == [volume]
+    finally:
+        log = await stopped_cleanly(process)
+    assert '"event": "started_without_driver"' in log

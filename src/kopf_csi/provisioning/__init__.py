@@ -15,4 +15,10 @@ writes, CSI calls, events) and the kopf handlers build on these; nothing here kn
 - `protection`: the finalizers on clone and snapshot sources.
 - `states`, `errors`: what a failure means (the gRPC table), and the errors raised.
 - `backoff`, `options`, `quantities`, `gofmt`: retry delays, settings, sizes, Go's formatting.
+- `backends`: the provisioner back-end interface (public API: `ProvisionerBackend`,
+  `ProvisionOptions`, `ProvisionResult`, `register_provisioner`), for storage without a CSI
+  driver; `volumes.complete_volume` makes a back end's answer a whole PV.
+
+The I/O lives beside them: `operations` (the controller), `csi_backend` (the CSI driver as a
+back end), `reclaiming`, `sourcing`, `journal`, `access`, `hooks`.
 """

@@ -18,10 +18,12 @@ __all__ = ["IgnoredError", "ProvisioningError"]
 class ProvisioningError(Exception):
     """Provisioning cannot go on; `state` tells whether the driver may still be busy."""
 
-    def __init__(self, message: str, *, state: ProvisioningState) -> None:
+    def __init__(self, message: str, *, state: ProvisioningState, infeasible: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.state = state
+        self.infeasible = infeasible
+        """Retrying soon cannot help (a provisioner back end's bad parameter): slow retry."""
 
     @property
     def final(self) -> bool:

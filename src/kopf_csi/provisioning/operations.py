@@ -1,11 +1,12 @@
-"""The provisioner: claims become volumes. `Provisioner` is also the facade of the others.
+"""The provisioning controller: claims become volumes, through one back end.
 
 Async orchestration only: each step is a guard clause that reads (caches first, the API where
-the Go code reads the API), calls a pure builder from this package, calls the driver, writes.
-It is the port of the library's `syncClaim` / `provisionClaimOperation` with
-external-provisioner's `Provision`, plus the in-flight journal and node deployment. Released
-volumes are `reclaiming`'s, data sources `sourcing`'s. No kopf here: each operation returns a
-`queueing.Outcome` for the work queue to act on.
+the Go code reads the API), calls a pure builder from this package, calls the back end, writes.
+It is the port of the library's `syncClaim` / `provisionClaimOperation`, plus the in-flight
+journal and node deployment. The back end (`backends.ProvisionerBackend`) makes the storage:
+the CSI driver's (`csi_backend.CSIBackend`, external-provisioner's `Provision`), or one a
+handler module registered. Released volumes are `reclaiming`'s, data sources `sourcing`'s. No
+kopf here: each operation returns a `queueing.Outcome` for the work queue to act on.
 """
 
 from __future__ import annotations
@@ -22,20 +23,19 @@ from kopf_csi.caches import Caches
 from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.csi import messages as csi
 from kopf_csi.observing import ProvisioningObserver, claim_labels
-from kopf_csi.provisioning import (
-    capacity,
-    decisions,
-    naming,
-    ownership,
-    requests,
-    secrets,
-    topology,
-)
-from kopf_csi.provisioning.access import escape, read_secret_data
+from kopf_csi.provisioning import capacity, decisions, naming, ownership, requests, topology
+from kopf_csi.provisioning.access import escape
 from kopf_csi.provisioning.access import meta as meta_of
 from kopf_csi.provisioning.access import uid as uid_of
+from kopf_csi.provisioning.backends import (
+    BlockProvisioner,
+    ProvisionerBackend,
+    ProvisionOptions,
+    Qualifier,
+)
+from kopf_csi.provisioning.csi_backend import CSIBackend
 from kopf_csi.provisioning.errors import IgnoredError, ProvisioningError
-from kopf_csi.provisioning.hooks import CreateVolumeHook, run_hooks
+from kopf_csi.provisioning.hooks import CreateVolumeHook
 from kopf_csi.provisioning.journal import Journal, JournalError
 from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.provisioning.parameters import driver_parameters
@@ -47,9 +47,8 @@ from kopf_csi.provisioning.states import (
     error_text,
     failure_outcome,
     slow_retry_delay,
-    state_for,
 )
-from kopf_csi.provisioning.volumes import build_volume, response_problem
+from kopf_csi.provisioning.volumes import complete_volume
 from kopf_csi.queueing import DONE, RETRY, Outcome, retry_after
 
 __all__ = ["Provisioner"]
@@ -59,21 +58,28 @@ Body = Mapping[str, Any]
 
 
 class Provisioner:
-    """The provisioner's state and its operations on claims and volumes."""
+    """The provisioner's state and its operations on claims and volumes.
+
+    With a CSI driver (`csi_client` and `driver`) and no `backend`, the back end is the driver
+    (`csi_backend.CSIBackend`) and the provisioner name is the driver's. With a `backend`, the
+    provisioner serves `name` with it, and needs no driver.
+    """
 
     def __init__(
         self,
         *,
-        csi_client: CSIClient,
         api: kube.KubeClient,
         recorder: events.Recorder,
         caches: Caches,
-        driver: DriverInfo,
         options: ProvisionerOptions,
-        identity: str,
+        csi_client: CSIClient | None = None,
+        driver: DriverInfo | None = None,
+        identity: str = "",
         journal: Journal | None = None,
         hooks: Sequence[CreateVolumeHook] = (),
         observer: ProvisioningObserver | None = None,
+        backend: ProvisionerBackend | None = None,
+        name: str | None = None,
     ) -> None:
         self.csi = csi_client
         self.api = api
@@ -88,15 +94,32 @@ class Provisioner:
         self.observer = observer
         """Metrics (`kopf_csi.observing`): told of every provisioning attempt's outcome."""
         self.sources = Sources(api=api, caches=caches, options=options)
+        self.topology_memos: dict[str, topology.TopologyMemo] = {}
+        self.csi_backend: CSIBackend | None = None
+        if backend is None:
+            if csi_client is None or driver is None:
+                raise ValueError("a provisioner needs a back end, or a CSI driver")
+            self.csi_backend = backend = CSIBackend(
+                csi_client=csi_client, api=api, caches=caches, driver=driver, options=options,
+                identity=identity, sources=self.sources, hooks=hooks,
+                topology_memos=self.topology_memos, record=self._record,
+            )  # fmt: skip
+        self.backend: ProvisionerBackend = backend
+        if name is None:
+            if driver is None:
+                raise ValueError("a provisioner back end needs a name")
+            name = driver.name
+        self.name = name
+        """The provisioner name: StorageClasses' `provisioner`, claims' storage-provisioner."""
+        self.qualifier = backend if isinstance(backend, Qualifier) else None
+        self.block = isinstance(backend, BlockProvisioner) and backend.supports_block()
         self.reclaimer = Reclaimer(
-            csi_client=csi_client, api=api, recorder=recorder, caches=caches, driver=driver,
+            api=api, recorder=recorder, caches=caches, name=name, backend=backend,
             observer=observer,
         )  # fmt: skip
-        self.supports_topology = topology.supports_topology(driver.plugin_capabilities)
         self.in_progress: dict[str, Body] = {}
         """Claims whose CreateVolume may still run on the driver (claimsInProgress)."""
         self.slow_retries: dict[str, SlowRetry] = {}
-        self.topology_memos: dict[str, topology.TopologyMemo] = {}
         self.competing: dict[str, tuple[int, float | None]] = {}
         """Node deployment: Immediate claims we wait to claim (attempts, when to try)."""
 
@@ -126,7 +149,7 @@ class Provisioner:
             decision = decisions.should_provision(
                 claim,
                 storage_class,
-                driver_name=self.driver.name,
+                driver_name=self.name,
                 volume_exists=volume_name in self.caches.volumes,
             )
         except ProvisioningError as exc:
@@ -135,7 +158,9 @@ class Provisioner:
             log.warning("claim_not_checked", error=exc.message)
             self._observe_failure(claim)
             return RETRY
-        if not decision.should:
+        if not decision.should or (
+            self.qualifier is not None and not self.qualifier.should_provision(claim)
+        ):
             self._forget(key, claim)
             return DONE
         assert storage_class is not None
@@ -156,19 +181,6 @@ class Provisioner:
             return retry_after(delay)
         self.slow_retries.pop(key, None)
         return await self.provision(key, claim, storage_class)
-
-    def _check_selected_node(self, claim: Body) -> None:
-        """A selected node that does not exist reschedules the claim.
-
-        With topology, the selected node's CSINode is what is looked up (the Go provisioner's
-        "failed to get selected CSINode" comes from `_accessibility`). Without it, the Node.
-        Either way after the Normal `Provisioning` event, as on a real cluster.
-        """
-        node_name = decisions.selected_node(claim)
-        if self.supports_topology or node_name is None:
-            return
-        if self.caches.nodes.get(node_name) is None:
-            raise decisions.missing_node_error(node_name)
 
     async def _compete(self, key: str, claim: Body, storage_class: Body) -> Outcome:
         """Node deployment, Immediate claim: after a random delay, try to claim it for us."""
@@ -200,6 +212,8 @@ class Provisioner:
 
     async def _has_room(self, claim: Body, storage_class: Body) -> bool:
         """With GET_CAPACITY: does our node's segment have room for the claim?"""
+        if self.csi is None or self.driver is None:
+            return True  # a back end without a CSI driver: no capacity to ask for
         if not self.driver.has_controller("GET_CAPACITY"):
             return True
         name = self.options.node_name
@@ -224,6 +238,10 @@ class Provisioner:
 
     async def provision(self, key: str, claim: Body, storage_class: Body) -> Outcome:
         started = time.monotonic()
+        if self.csi_backend is None:
+            refused = await self._check_can_provision(key, claim, storage_class)
+            if refused is not None:
+                return refused
         await self.recorder.post(
             claim,
             type_=events.NORMAL,
@@ -242,9 +260,6 @@ class Provisioner:
             return DONE
         except ProvisioningError as exc:
             return await self._handle_failure(key, claim, storage_class, exc, exc.state)
-        except CSIError as exc:
-            state = state_for(exc, may_reschedule=self._may_reschedule(claim))
-            return await self._handle_failure(key, claim, storage_class, exc, state)
         self._forget(key, claim)
         if self.observer is not None:
             class_name, source = claim_labels(claim)
@@ -260,71 +275,63 @@ class Provisioner:
         return DONE
 
     async def _provision(self, claim: Body, storage_class: Body) -> dict[str, Any]:
-        plan = requests.plan_request(
-            claim,
-            storage_class,
-            options=self.options,
-            plugin_capabilities=self.driver.plugin_capabilities,
-            controller_capabilities=self.driver.controller_capabilities,
-        )
-        # The data source is protected first, before anything else can fail (a missing secret,
-        # a missing CSINode): a claim that waits and retries keeps its source (Go's order).
-        content_source = await self.sources.content_source(claim, plan, storage_class)
-        parameters = storage_class.get("parameters")
-        refs = secrets.secret_references(parameters, volume_name=plan.volume_name, claim=claim)
-        secret_data = await read_secret_data(self.api, refs.provisioner, required=True)
-        self._check_selected_node(claim)
-        requirement = await self._accessibility(claim, storage_class)
-        vac = await self._volume_attributes_class(plan.volume_attributes_class)
-        request = requests.build_create_request(
-            plan,
+        options = ProvisionOptions(
             claim=claim,
             storage_class=storage_class,
-            options=self.options,
-            driver_name=self.driver.name,
-            secrets=secret_data,
-            content_source=content_source,
-            accessibility_requirements=requirement,
-            volume_attributes_class=vac,
+            volume_name=self._volume_name(claim),
+            selected_node=self._selected_node(claim),
         )
-        await run_hooks(self.hooks, claim, storage_class, request)
+        if self.csi_backend is None:  # the CSI back end records just before CreateVolume
+            await self._record(claim)
+        result = await self.backend.provision(options)
+        if result.volume is None:
+            raise result.error()
+        volume = complete_volume(
+            result.volume,
+            claim=claim,
+            storage_class=storage_class,
+            volume_name=options.volume_name,
+            requested_bytes=options.requested_bytes,
+        )
+        await self._save(volume)
+        if self.csi_backend is not None:  # only the CSI back end protects its data sources
+            await self.sources.release_snapshot_source(claim)
+        return volume
+
+    def _selected_node(self, claim: Body) -> Body | None:
+        name = decisions.selected_node(claim)
+        return self.caches.nodes.get(name) if name else None
+
+    async def _check_can_provision(
+        self, key: str, claim: Body, storage_class: Body
+    ) -> Outcome | None:
+        """The library's checks before its `Provisioning` event, for a back end other than the
+        CSI driver's (which makes its own, in external-provisioner's order): block support
+        (`canProvision`: an event, and no retry until the claim changes), and the selected
+        node (gone: the claim is rescheduled)."""
+        if (claim.get("spec") or {}).get("volumeMode") == "Block" and not self.block:
+            message = f"{self.name} does not support block volume provisioning"
+            self._observe_failure(claim)
+            await self.recorder.post(
+                claim, type_=events.WARNING, reason=names.REASON_PROVISIONING_FAILED,
+                message=message,
+            )  # fmt: skip
+            log.warning("provisioning_refused", error=message)
+            self._forget(key, claim)
+            return DONE
+        node_name = decisions.selected_node(claim)
+        if node_name and self.caches.nodes.get(node_name) is None:
+            error = decisions.missing_node_error(node_name)
+            return await self._handle_failure(key, claim, storage_class, error, error.state)
+        return None
+
+    async def _record(self, claim: Body) -> None:
+        """Into the in-flight journal, just before the back end may start making the volume."""
         if self.journal is not None:
             try:
                 await self.journal.record(claim)
             except JournalError as exc:
                 raise ProvisioningError(str(exc), state=ProvisioningState.NO_CHANGE) from exc
-        response = await self.csi.create_volume(request)
-        if response.volume is None:
-            raise ProvisioningError(
-                "CreateVolume returned no volume", state=ProvisioningState.IN_BACKGROUND
-            )
-        problem = response_problem(
-            response.volume,
-            claim=claim,
-            required_bytes=plan.required_bytes,
-            requirement=requirement,
-        )
-        if problem is not None:
-            cleanup_error = None
-            if problem.deletable:
-                cleanup_error = await self._clean_up(response.volume, secret_data, problem.message)
-            else:
-                log.warning("volume_rejected", reason=problem.message)
-            raise problem.error(volume_name=plan.volume_name, cleanup_error=cleanup_error)
-        volume = build_volume(
-            claim=claim,
-            storage_class=storage_class,
-            plan=plan,
-            volume=response.volume,
-            secrets=refs,
-            driver_name=self.driver.name,
-            identity=self.identity,
-            options=self.options,
-            supports_topology=self.supports_topology,
-        )
-        await self._save(volume)
-        await self.sources.release_snapshot_source(claim)
-        return volume
 
     async def _save(self, volume: dict[str, Any]) -> None:
         """Create the PV; one that exists already counts as saved (the library's volume store),
@@ -357,19 +364,6 @@ class Provisioner:
             raise ProvisioningError(
                 f"error saving volume {name}: {exc}", state=ProvisioningState.IN_BACKGROUND
             ) from exc
-
-    async def _clean_up(
-        self, volume: csi.Volume, secret_data: Mapping[str, str], why: str
-    ) -> str | None:
-        """Delete a volume the driver answered wrongly about; the error text if that failed."""
-        log.warning("volume_rejected", volume_id=volume.volume_id, reason=why)
-        request = csi.DeleteVolumeRequest(volume_id=volume.volume_id, secrets=dict(secret_data))
-        try:
-            await self.csi.delete_volume(request)
-        except CSIError as exc:
-            log.warning("volume_cleanup_failed", volume_id=volume.volume_id, error=str(exc))
-            return error_text(exc)
-        return None
 
     async def _handle_failure(
         self,
@@ -503,42 +497,3 @@ class Provisioner:
             prefix=self.options.volume_name_prefix,
             uuid_length=self.options.volume_name_uuid_length,
         )
-
-    def _may_reschedule(self, claim: Body) -> bool:
-        return decisions.may_reschedule(
-            supports_topology=self.supports_topology,
-            selected_node=decisions.selected_node(claim),
-        )
-
-    # -- what a claim needs read ---------------------------------------------------------------
-
-    async def _accessibility(
-        self, claim: Body, storage_class: Body
-    ) -> csi.TopologyRequirement | None:
-        if not self.supports_topology:
-            return None
-        uid = uid_of(claim)
-        result = topology.accessibility_requirements(
-            driver_name=self.driver.name,
-            claim_name=meta_of(claim).get("name", ""),
-            allowed_topologies=storage_class.get("allowedTopologies"),
-            selected_node=decisions.selected_node(claim) or "",
-            strict_topology=self.options.strict_topology,
-            immediate_topology=self.options.immediate_topology,
-            csinodes=list(self.caches.csinodes),
-            nodes=list(self.caches.nodes),
-            memo=self.topology_memos.get(uid),
-        )
-        self.topology_memos[uid] = result.memo
-        return result.requirement
-
-    async def _volume_attributes_class(self, name: str) -> Body | None:
-        if not name:
-            return None
-        vac = await self.api.get(kube.VOLUME_ATTRIBUTES_CLASSES, name)
-        if vac is None:
-            raise ProvisioningError(
-                f"error getting VolumeAttributesClass {name}: not found",
-                state=ProvisioningState.NO_CHANGE,
-            )
-        return vac

@@ -1,8 +1,10 @@
-"""Released volumes: DeleteVolume on the driver, then the PV and our finalizer go.
+"""Released volumes: deleted in the back end (DeleteVolume on the driver), then the PV and our
+finalizer go.
 
-The library's `deleteVolumeOperation` with external-provisioner's `Delete`: only our volumes,
-only Released ones with the Delete policy, never while a VolumeAttachment still names the PV
-(upstream #438), with the deletion secret. The PV finalizer is added to our Bound Delete-policy
+The library's `deleteVolumeOperation`: only our volumes, only Released ones with the Delete
+policy, through the back end's `delete` (for the CSI driver: never while a VolumeAttachment
+still names the PV, upstream #438, and with the deletion secret); an `IgnoredError` from it
+leaves the PV alone. The PV finalizer is added to our Bound Delete-policy
 PVs and removed when the policy becomes Retain, so Retain never deletes.
 
 A lost race is not a failure. On a real server the PV controller, the pv-protection
@@ -24,13 +26,14 @@ import structlog
 
 from kopf_csi import events, kube, names
 from kopf_csi.caches import Caches
-from kopf_csi.csi import CSIClient, CSIError, DriverInfo
+from kopf_csi.csi import CSIError
 from kopf_csi.observing import ProvisioningObserver, volume_class
-from kopf_csi.provisioning import deletions, secrets
+from kopf_csi.provisioning import deletions
 from kopf_csi.provisioning.access import meta as meta_of
-from kopf_csi.provisioning.access import read_secret_data, update_finalizers
 from kopf_csi.provisioning.access import uid as uid_of
-from kopf_csi.provisioning.errors import ProvisioningError
+from kopf_csi.provisioning.access import update_finalizers
+from kopf_csi.provisioning.backends import DeletionGuard, ProvisionerBackend
+from kopf_csi.provisioning.errors import IgnoredError
 from kopf_csi.provisioning.states import error_text
 from kopf_csi.queueing import DONE, RETRY, Outcome
 
@@ -48,18 +51,20 @@ class Reclaimer:
     def __init__(
         self,
         *,
-        csi_client: CSIClient,
         api: kube.KubeClient,
         recorder: events.Recorder,
         caches: Caches,
-        driver: DriverInfo,
+        name: str,
+        backend: ProvisionerBackend,
         observer: ProvisioningObserver | None = None,
     ) -> None:
-        self.csi = csi_client
         self.api = api
         self.recorder = recorder
         self.caches = caches
-        self.driver = driver
+        self.name = name
+        """The provisioner name our PVs carry in `pv.kubernetes.io/provisioned-by`."""
+        self.backend = backend
+        self.guard = backend if isinstance(backend, DeletionGuard) else None
         self.observer = observer
         self.finished: collections.OrderedDict[str, None] = collections.OrderedDict()
         """UIDs of PVs deleted here: the watch events still on their way (deletionTimestamp
@@ -84,21 +89,25 @@ class Reclaimer:
     async def _sync_volume(self, volume: Body) -> Outcome:
         if uid_of(volume) in self.finished:
             return DONE
-        known = deletions.is_ours(volume, driver_name=self.driver.name)
+        known = deletions.is_ours(volume, driver_name=self.name)
         if not known:
             return DONE
         started = time.monotonic()
         try:
             current = await self._set_finalizers(volume)
-            if current is None or not deletions.should_delete(
-                current, driver_name=self.driver.name
-            ):
+            if current is None or not deletions.should_delete(current, driver_name=self.name):
+                return DONE
+            if self.guard is not None and not self.guard.should_delete(current):
+                log.info("volume_delete_declined")  # the library's DeletionGuard
                 return DONE
             await self._delete(current)
         except kube.StaleWriteError as exc:
             # Every re-read lost its race too: the object is busy; the queue tries again soon.
             log.debug("volume_write_raced", error=str(exc))
             return RETRY
+        except IgnoredError as exc:
+            log.info("volume_delete_ignored", reason=exc.reason)  # another provisioner's
+            return DONE
         except deletions.VolumeInUseError as exc:
             self._observe_failure(volume)  # the library counts the attachment guard's error
             log.info("volume_delete_waits_for_detach", reason=str(exc))
@@ -148,25 +157,15 @@ class Reclaimer:
             self.finished.popitem(last=False)
 
     async def _delete_on_driver(self, volume: Body) -> None:
-        if self.driver.has_controller("PUBLISH_UNPUBLISH_VOLUME"):
-            blocker = deletions.blocking_attachment(volume, attachments=self.caches.attachments)
-            if blocker is not None:
-                raise deletions.VolumeInUseError(blocker)
-        class_name = volume.get("spec", {}).get("storageClassName") or ""
-        storage_class = self.caches.storage_classes.get(class_name)
+        """The back end's `delete` (DeleteVolume for the CSI driver's); its unexpected errors
+        fail the attempt like any other (a `VolumeFailedDelete` event with their text)."""
         try:
-            ref = secrets.deletion_secret_reference(volume, storage_class=storage_class)
-        except (secrets.SecretReferenceError, ProvisioningError) as exc:
-            raise deletions.DeletionError(str(exc)) from exc
-        secret_data = await read_secret_data(self.api, ref, required=False)
-        request = deletions.delete_request(
-            volume,
-            secrets=secret_data,
-            plugin_capabilities=self.driver.plugin_capabilities,
-            controller_capabilities=self.driver.controller_capabilities,
-        )
-        await self.csi.delete_volume(request)
-        log.info("volume_deleted")
+            await self.backend.delete(volume)
+        except (IgnoredError, deletions.DeletionError, CSIError, kube.KubeError):
+            raise
+        except Exception as exc:
+            log.warning("volume_delete_error", exc_info=True)
+            raise deletions.DeletionError(str(exc) or type(exc).__name__) from exc
 
     async def _set_finalizers(self, volume: Body) -> Body | None:
         """Our PV finalizer as the reclaim policy wants it (None: the PV is gone)."""

@@ -76,7 +76,10 @@ def state_for(error: BaseException, *, may_reschedule: bool) -> ProvisioningStat
 
 
 def is_infeasible(error: BaseException) -> bool:
-    """The driver rejected the request itself (InvalidArgument): retrying soon cannot help."""
+    """The driver rejected the request itself (InvalidArgument), or a back end said so in its
+    result (`ProvisioningError.infeasible`): retrying soon cannot help."""
+    if getattr(error, "infeasible", False) is True:
+        return True
     return isinstance(error, CSIError) and error.code is Code.INVALID_ARGUMENT
 
 

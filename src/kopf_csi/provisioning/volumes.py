@@ -27,7 +27,13 @@ from kopf_csi.provisioning.requests import RequestPlan
 from kopf_csi.provisioning.secrets import SecretRef, SecretReferences
 from kopf_csi.provisioning.states import ProvisioningState
 
-__all__ = ["ResponseProblem", "build_volume", "claim_reference", "response_problem"]
+__all__ = [
+    "ResponseProblem",
+    "build_volume",
+    "claim_reference",
+    "complete_volume",
+    "response_problem",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,3 +214,43 @@ def _read_only_many(plan: RequestPlan) -> bool:
     caps = plan.volume_capabilities
     mode = caps[0].access_mode.mode if len(caps) == 1 and caps[0].access_mode else None
     return mode == csi.VolumeCapabilityAccessModeMode.MULTI_NODE_READER_ONLY
+
+
+def complete_volume(
+    volume: Mapping[str, Any],
+    *,
+    claim: Mapping[str, Any],
+    storage_class: Mapping[str, Any],
+    volume_name: str,
+    requested_bytes: int,
+) -> dict[str, Any]:
+    """A back end's PV (or part of one) made whole, as the library does after `Provision`.
+
+    The library sets the claimRef, the class name and the provisioned-by annotation (the
+    class's provisioner) whatever its provisioner returned, and adds our PV finalizer. Beyond
+    it, what the back end left out comes from the claim and its class: the name, the access
+    modes, the capacity (the request), the volume mode, the reclaim policy and the mount
+    options. A complete PV (the CSI back end's) comes out unchanged, key order included.
+    """
+    meta = dict(volume.get("metadata") or {})
+    spec = dict(volume.get("spec") or {})
+    meta.setdefault("name", volume_name)
+    annotations = dict(meta.get("annotations") or {})
+    annotations[names.ANN_PROVISIONED_BY] = storage_class.get("provisioner", "")
+    meta["annotations"] = annotations
+    finalizers = list(meta.get("finalizers") or ())
+    if names.FINALIZER_PV not in finalizers:
+        finalizers.append(names.FINALIZER_PV)
+    meta["finalizers"] = finalizers
+    claim_spec = claim.get("spec", {})
+    spec.setdefault("accessModes", list(claim_spec.get("accessModes") or ()))
+    spec.setdefault("capacity", {"storage": format_binary_si(requested_bytes)})
+    spec["claimRef"] = claim_reference(claim)
+    spec["storageClassName"] = claim_class_name(claim)
+    if storage_class.get("mountOptions"):
+        spec.setdefault("mountOptions", list(storage_class["mountOptions"]))
+    if storage_class.get("reclaimPolicy"):  # the API server defaults it in every class
+        spec.setdefault("persistentVolumeReclaimPolicy", storage_class["reclaimPolicy"])
+    if claim_spec.get("volumeMode") is not None:
+        spec.setdefault("volumeMode", claim_spec["volumeMode"])
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta, "spec": spec}
