@@ -215,14 +215,17 @@ class _HttpWatch:
         namespace: str | None,
         selectors: list[apimachinery.Selector],
         sent: collections.Counter[tuple[str, str]],
+        sent_bytes: collections.Counter[str],
     ) -> None:
         self.namespace = namespace
         self.selectors = selectors
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
         self.sent = sent  # the cluster's count of watch events, by (plural, type)
+        self.sent_bytes = sent_bytes
 
     def put(self, plural: str, type_: str, line: bytes) -> None:
         self.sent[plural, type_] += 1
+        self.sent_bytes[plural] += len(line)
         self.queue.put_nowait(line)
 
     def matches(self, obj: Mapping[str, Any] | None) -> bool:
@@ -458,8 +461,10 @@ class EmulatedCluster:
         # verb, plural or plural/subresource) -> count. The controller stand-ins write through
         # the Python API, so `requests` alone misses them.
         self.writes: collections.Counter[tuple[str, str, str]] = collections.Counter()
-        # Watch events sent on HTTP watches (initial ADDED ones included): (plural, type).
+        # Watch events sent on HTTP watches (initial ADDED ones included): (plural, type),
+        # and their bytes by plural.
         self.watch_events: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.watch_bytes: collections.Counter[str] = collections.Counter()
         self._initial_namespaces = namespaces
         self._kinds: dict[tuple[str, str, str], Kind] = {}
         self._names: dict[str, Kind] = {}
@@ -1040,7 +1045,10 @@ class EmulatedCluster:
         since = params.get("resourceVersion") or None
         initial_events = _truthy(params.get("sendInitialEvents"))
         watch = _HttpWatch(
-            namespace=target.namespace, selectors=selectors, sent=self.watch_events
+            namespace=target.namespace,
+            selectors=selectors,
+            sent=self.watch_events,
+            sent_bytes=self.watch_bytes,
         )
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         try:
