@@ -9,8 +9,10 @@ A lost race is not a failure. On a real server the PV controller, the pv-protect
 controller and the DELETE itself change a PV within milliseconds of each other, so a write
 guarded by a resourceVersion read a moment ago often meets a 422 (failed `test`) or 409. Such
 a write is re-read and tried again at once (`access.update_finalizers`), with no event, no
-warning and no failure metric; and a volume whose DeleteVolume succeeded is never deleted on
-the driver again by this process, whatever happens to the PV writes after it.
+warning and no failure metric. Our finalizer goes after the DELETE with a patch that needs no
+resourceVersion (`access.remove_finalizer`), so that write has no race to lose at all. And a
+volume whose DeleteVolume succeeded is never deleted on the driver again by this process,
+whatever happens to the PV writes after it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.observing import ProvisioningObserver, volume_class
 from kopf_csi.provisioning import deletions, secrets
 from kopf_csi.provisioning.access import meta as meta_of
-from kopf_csi.provisioning.access import read_secret_data, update_finalizers
+from kopf_csi.provisioning.access import read_secret_data, remove_finalizer, update_finalizers
 from kopf_csi.provisioning.access import uid as uid_of
 from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.states import error_text
@@ -139,7 +141,7 @@ class Reclaimer:
             answer = await self.api.delete(kube.VOLUMES, meta["name"], uid=uid)
             current = answer if answer is not None and answer.get("kind") != "Status" else None
         if current is not None:
-            await update_finalizers(self.api, kube.VOLUMES, current, _without_ours)
+            await remove_finalizer(self.api, kube.VOLUMES, current, names.FINALIZER_PV)
         # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do.
         self.caches.volumes.remove(volume)
         self.deleted_on_driver.pop(uid, None)
@@ -176,10 +178,3 @@ class Reclaimer:
         if updated is not None and updated is not volume:
             self.caches.volumes.store(updated)
         return updated
-
-
-def _without_ours(volume: Body) -> list[str] | None:
-    finalizers = list(meta_of(volume).get("finalizers") or ())
-    if names.FINALIZER_PV not in finalizers:
-        return None
-    return [f for f in finalizers if f != names.FINALIZER_PV]
