@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from kopf_csi import events, kube, names
-from kopf_csi.caches import Caches
+from kopf_csi.caches import Caches, object_key
 from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.observing import ProvisioningObserver, volume_class
 from kopf_csi.provisioning import deletions, secrets
@@ -142,8 +142,15 @@ class Reclaimer:
             current = answer if answer is not None and answer.get("kind") != "Status" else None
         if current is not None:
             await remove_finalizer(self.api, kube.VOLUMES, current, names.FINALIZER_PV)
-        # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do.
-        self.caches.volumes.remove(volume)
+        # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do
+        # (`finished`). The cached copy goes only if no newer one came meanwhile: the watch may
+        # have brought the PV without our finalizer already, and the attacher, whose finalizer
+        # may still hold it, reads that copy (it stayed stuck on a cache emptied after it).
+        cached = self.caches.volumes.get(object_key(volume))
+        if cached is not None and cached["metadata"].get("resourceVersion") == meta.get(
+            "resourceVersion"
+        ):
+            self.caches.volumes.remove(volume)
         self.deleted_on_driver.pop(uid, None)
         self.finished[uid] = None
         while len(self.finished) > FINISHED_REMEMBERED:
