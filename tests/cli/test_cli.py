@@ -190,10 +190,14 @@ def test_a_user_package_module_is_loaded_again_for_each_registry(
     first, second = kopf.OperatorRegistry(), kopf.OperatorRegistry()
     modules.load(["kopf_csi_test_pkg.handlers"], registry=first)
     modules.load(["kopf_csi_test_pkg.handlers"], registry=second)
-    assert _activity_ids(first) == _activity_ids(second) == [
-        "user.started",
-        runtime.STARTED_HANDLER_ID,
-    ]
+    assert (
+        _activity_ids(first)
+        == _activity_ids(second)
+        == [
+            "user.started",
+            runtime.STARTED_HANDLER_ID,
+        ]
+    )
 
 
 def test_a_module_failing_its_own_import_is_not_a_missing_module(
