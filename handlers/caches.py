@@ -26,6 +26,7 @@ from typing import Any
 import kopf
 
 from kopf_csi import kube, runtime
+from kopf_csi.caches import object_key
 from kopf_csi.informers import Informer
 
 
@@ -63,7 +64,7 @@ async def attachments(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
 async def volumes(memo: kopf.Memo, event: kopf.RawEvent) -> None:
     if event.get("type") == "DELETED":
         # A deletion found by a relist comes as a stub: the controllers get the last state.
-        event = {"type": "DELETED", "object": _cached(memo, event["object"])}
+        event = {"type": "DELETED", "object": _cached(memo, "volumes", event["object"])}
     _apply(memo, "volumes", event)
     deleted = event.get("type") == "DELETED"
     await runtime.notify(memo, kube.VOLUMES, event["object"], deleted=deleted)
@@ -73,12 +74,16 @@ async def claims(memo: kopf.Memo, event: kopf.RawEvent) -> None:
     # No shared claim cache is kept here: each controller keeps the claims it has work for
     # (bound claims at rest are most of a cluster, and nothing reads them).
     deleted = event.get("type") == "DELETED"
-    await runtime.notify(memo, kube.CLAIMS, event["object"], deleted=deleted)
+    obj = _cached(memo, "claims", event["object"]) if deleted else event["object"]
+    await runtime.notify(memo, kube.CLAIMS, obj, deleted=deleted)
 
 
-def _cached(memo: kopf.Memo, obj: Any) -> Any:
-    cached = runtime.caches_from_memo(memo).volumes.get(obj["metadata"]["name"])
-    return obj if cached is None or "spec" in obj else cached
+def _cached(memo: kopf.Memo, cache_name: str, obj: Any) -> Any:
+    """The object, or for a stub (a deletion found by a relist) its last cached state."""
+    if "spec" in obj:
+        return obj
+    cached = getattr(runtime.caches_from_memo(memo), cache_name).get(object_key(obj))
+    return obj if cached is None else cached
 
 
 @kopf.on.startup(id="caches.informers")

@@ -6,6 +6,7 @@ We test these aspects:
 - a watch too old for the server's history (410 Gone) lists again, and an object deleted in
   the gap comes as DELETED (a stub with its name and namespace);
 - an API error is logged and retried, and the informer carries on;
+- a deletion found by a relist reaches the controllers with the last cached state;
 - the operator watches claims and PVs through them, not through kopf (no kopf handler for
   either kind), once every start-up handler has run.
 """
@@ -152,3 +153,21 @@ async def test_claims_and_volumes_are_not_watched_through_kopf() -> None:
     assert not waiting.done()
     await runtime.mark_started(memo)
     await asyncio.wait_for(waiting, 1)
+
+
+async def test_a_deletion_found_by_a_relist_reaches_the_controllers_with_the_last_state() -> None:
+    from handlers import caches as cache_handlers
+    from kopf_csi.caches import Caches
+
+    memo = runtime.OperatorMemo(caches=Caches())
+    pv = {"metadata": {"name": "pv-1", "resourceVersion": "5"}, "spec": {"csi": {"driver": "d"}}}
+    memo.caches.volumes.store(pv)
+    got: list[tuple[dict[str, Any], bool]] = []
+    runtime.subscribe(memo, kube.VOLUMES, lambda obj, deleted: got.append((obj, deleted)))
+    await cache_handlers.volumes(
+        memo, {"type": "DELETED", "object": {"metadata": {"name": "pv-1"}}}
+    )
+    assert got == [
+        ({"metadata": {"name": "pv-1", "resourceVersion": "5"}, "spec": pv["spec"]}, True)
+    ]
+    assert "pv-1" not in memo.caches.volumes
