@@ -9,15 +9,25 @@ PersistentVolumes, PersistentVolumeClaims and VolumeAttachments have one handler
 which updates the cache and then passes the event to every controller that subscribed to the
 kind (`runtime.subscribe`): the provisioner, the attacher, the resizer. The controllers need
 this module loaded.
+
+Claims and PVs, the kinds with about six watch events per volume each, are not watched through
+kopf: an `informers.Informer` per kind (one task, a LIST and then a watch) feeds the same
+handler functions, without kopf's per-object worker, cause detection and logger per event, 36 %
+of the operator's CPU in the benchmark (docs/benchmarks.md). They start once every start-up
+handler has run (`runtime.all_started`), as kopf starts its watches, so that every controller
+has subscribed by then.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
 
 from kopf_csi import kube, runtime
+from kopf_csi.caches import object_key
+from kopf_csi.informers import Informer
 
 
 def _apply(memo: kopf.Memo, cache_name: str, event: kopf.RawEvent) -> None:
@@ -51,16 +61,61 @@ async def attachments(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     await runtime.notify(memo, kube.VOLUME_ATTACHMENTS, event["object"], deleted=deleted)
 
 
-@kopf.on.event("", "v1", "persistentvolumes", id="caches.volumes")
-async def volumes(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def volumes(memo: kopf.Memo, event: kopf.RawEvent) -> None:
+    if event.get("type") == "DELETED":
+        # A deletion found by a relist comes as a stub: the controllers get the last state.
+        event = {"type": "DELETED", "object": _cached(memo, "volumes", event["object"])}
     _apply(memo, "volumes", event)
     deleted = event.get("type") == "DELETED"
     await runtime.notify(memo, kube.VOLUMES, event["object"], deleted=deleted)
 
 
-@kopf.on.event("", "v1", "persistentvolumeclaims", id="caches.claims")
-async def claims(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def claims(memo: kopf.Memo, event: kopf.RawEvent) -> None:
     # No shared claim cache is kept here: each controller keeps the claims it has work for
     # (bound claims at rest are most of a cluster, and nothing reads them).
     deleted = event.get("type") == "DELETED"
-    await runtime.notify(memo, kube.CLAIMS, event["object"], deleted=deleted)
+    obj = _cached(memo, "claims", event["object"]) if deleted else event["object"]
+    await runtime.notify(memo, kube.CLAIMS, obj, deleted=deleted)
+
+
+def _cached(memo: kopf.Memo, cache_name: str, obj: Any) -> Any:
+    """The object, or for a stub (a deletion found by a relist) its last cached state."""
+    if "spec" in obj:
+        return obj
+    cached = getattr(runtime.caches_from_memo(memo), cache_name).get(object_key(obj))
+    return obj if cached is None else cached
+
+
+@kopf.on.startup(id="caches.informers")
+async def informers(memo: kopf.Memo, **_: Any) -> None:
+    """Start the claim and PV informers once every start-up handler has run (in a task: the
+    start-up handlers after this one must run first)."""
+    settings = runtime.settings_from_memo(memo)
+    await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    api: kube.KubeClient = memo.api
+    running = [
+        Informer(api, resource, _feeding(memo, handler))
+        for resource, handler in ((kube.VOLUMES, volumes), (kube.CLAIMS, claims))
+    ]
+    memo.informers = running
+
+    async def start() -> None:
+        await runtime.all_started(memo)
+        for informer in running:
+            informer.start()
+
+    starter = asyncio.create_task(start(), name="informers")
+
+    async def stop() -> None:
+        starter.cancel()
+        for informer in running:
+            await informer.stop()
+
+    memo.stoppers.append(stop)
+
+
+def _feeding(memo: kopf.Memo, handler: Any) -> Any:
+    async def on_event(type_: str, obj: Any) -> None:
+        await handler(memo, {"type": type_, "object": obj})
+
+    return on_event

@@ -5,6 +5,8 @@ We test these aspects:
   and reports every figure: claims/s, p50/p99 latencies, operator CPU per volume, API reads
   and writes per volume by verb, RSS, and the targets with a pass/fail each;
 - every HTTP request the emulated API served came from the operator process;
+- the traffic per volume is the real server's (real-apiserver.md): about 6 watch events for the
+  claim and 6 for its PV, and every client's writes by verb, the KCM stand-in's included;
 - the progress display writes lines while it runs (not on a terminal here);
 - a scale run (30 pairs) has the operator list every pair, write nothing, and report its memory;
 - an attach run (20 VolumeAttachments over 10 nodes) attaches every one through the driver,
@@ -53,6 +55,22 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
         assert set(requests["by_verb"]) <= {"get", "list", "watch", "create", "patch", "delete",
                                             "update", "discovery"}  # fmt: skip
     assert provision["latency_to_volume"]["p50_ms"] <= provision["latency_to_bound"]["p50_ms"]
+    assert 0 < provision["first_volume_after_its_claim"] <= provision["seconds_to_first_volume"]
+    assert provision["seconds_to_first_volume"] <= provision["seconds_to_volumes"]
+    assert 0 < provision["rss_peak"] <= delete["rss_peak"]
+    watched = [phase["watch_events"]["per_volume"] for phase in (provision, delete)]
+    assert sum(w.get("pvc", 0) for w in watched) == 6  # ADDED, 3 KCM updates, delete, gone
+    assert sum(w.get("pv", 0) for w in watched) == 6  # + Bound, Released, 2 finalizers off
+    assert provision["watch_events"]["bytes_per_event"]["pv"] > 1000  # managedFields and all
+    every = provision["writes"]["all"]
+    for write, n in {"POST pvc": 1, "POST pv": 1, "POST events": 3, "PUT pvc": 2,
+                     "PUT pvc/status": 1, "PUT pv/status": 1}.items():  # fmt: skip
+        assert every[write] == n, write
+    every = delete["writes"]["all"]
+    for write, n in {"DELETE pvc": 1, "PUT pvc": 1, "PUT pv/status": 1, "DELETE pv": 1}.items():
+        assert every[write] == n, write
+    assert provision["writes"]["by_client"]["kcm"] == 5  # 2 claim, 2 status, 1 event
+    assert delete["writes"]["operator"]["DELETE pv"] == 1
     assert provision["cpu_seconds"] + delete["cpu_seconds"] > 0
     # Every volume needs its PV created; the Go sidecar's 3 writes are the floor to beat.
     assert 1 <= provision["requests"]["by_verb"]["create"] / 20 <= 10
@@ -70,7 +88,8 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
     assert all(isinstance(t["ok"], bool) for t in report["targets"])
 
     text = format_claims(report)
-    for label in ("claims/s", "latency p50 / p99", "operator CPU", "API writes/volume", "RSS"):
+    for label in ("claims/s", "latency p50 / p99", "operator CPU", "API writes/volume", "RSS",
+                  "first PV", "watch events to the operator", "writes, all clients"):  # fmt: skip
         assert label in text
     lines = stream.getvalue().splitlines()
     assert any(line.startswith("provision") for line in lines)

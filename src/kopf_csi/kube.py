@@ -61,8 +61,10 @@ __all__ = [
 
 Body = dict[str, Any]
 Page = list[Body]  # (`list` is also a method name in KubeClient)
+Versions = list[str]
 PatchType = Literal["merge", "json", "strategic"]
 LIST_PAGE_SIZE = 500
+WATCH_TIMEOUT = 300  # seconds a watch request runs before the server ends it (client-go: 5-10 min)
 """Objects per LIST page: client-go's pager and reflector use 500, and so do we (and kopf)."""
 CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
@@ -320,8 +322,12 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = LIST_PAGE_SIZE,
+        versions: Versions | None = None,
     ) -> AsyncIterator[Page]:
         """LIST in pages of `limit` (client-go's pager): one page in memory at a time.
+
+        With `versions`, the list's resourceVersion is appended to it (a watch from there
+        misses nothing and repeats nothing of what the pages held).
 
         A continue token that expired between two pages (410) restarts the list from the
         beginning, once: objects already yielded may come again, which is harmless for the
@@ -340,6 +346,8 @@ class KubeClient:
                 restarted = True  # the token expired: list again from the start
                 query.pop("continue")
                 continue
+            if versions is not None and "continue" not in query:  # every page: one snapshot
+                versions.append(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
             yield answer.get("items") or []
             token = (answer.get("metadata") or {}).get("continue")
             del answer
@@ -389,6 +397,51 @@ class KubeClient:
             return await self._request("DELETE", resource.path(namespace, name), body=options)
         except NotFoundError:
             return None
+
+    async def watch(
+        self, resource: Resource, *, resource_version: str, timeout: int = WATCH_TIMEOUT
+    ) -> AsyncIterator[Body]:
+        """The watch events after `resource_version`, until the server ends the stream.
+
+        Each is the event as sent (`type`, `object`), bookmarks included. An ERROR event
+        (410 Gone when the version is too old) or an error answer raises `KubeError`.
+        """
+        query = [
+            ("watch", "true"), ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout)),
+        ]  # fmt: skip
+        path = resource.path()
+        response = await self._api.call_api(
+            path,
+            "GET",
+            query_params=query,
+            header_params=self._headers,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout + 30,
+        )
+        async with response:
+            if response.status != 200:
+                _decode(await response.read(), status=response.status, method="GET", path=path)
+            pending = bytearray()
+            async for chunk in response.content.iter_any():
+                pending += chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, rest = bytes(pending).split(b"\n")
+                pending = bytearray(rest)
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise KubeError(
+                            str(status.get("message") or f"watch {path} failed"),
+                            status=int(status.get("code") or 500),
+                            reason=str(status.get("reason") or ""),
+                        )
+                    yield event
 
     async def _request(
         self,

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 import kopf
 
+from kopf_csi import runtime
+
 __all__ = ["DEFAULT_MODULES", "ModuleLoadError", "is_path", "load"]
 
 DEFAULT_MODULES = (
@@ -45,7 +47,9 @@ def load(modules: Iterable[str], *, registry: kopf.OperatorRegistry) -> None:
     """Import `modules` in order with `registry` as kopf's default, so their handlers land in it.
 
     A module imported before (by an earlier run in this process) is re-executed: its decorators
-    must register into this registry too. A file is executed under a name of its own.
+    must register into this registry too. A file is executed under a name of its own. Last, a
+    start-up handler that tells the others when every start-up handler has run
+    (`runtime.mark_started`: our own watches start then, as kopf's do).
     """
     previous = kopf.get_default_registry()
     kopf.set_default_registry(registry)
@@ -57,6 +61,7 @@ def load(modules: Iterable[str], *, registry: kopf.OperatorRegistry) -> None:
                 _load_module(module)
     finally:
         kopf.set_default_registry(previous)
+    kopf.on.startup(registry=registry, id=runtime.STARTED_HANDLER_ID)(runtime.mark_started)
 
 
 def _load_module(name: str) -> None:

@@ -23,15 +23,18 @@ from kopf_csi.settings import Settings
 
 __all__ = [
     "ANNOTATIONS_PREFIX",
+    "STARTED_HANDLER_ID",
     "WORKER_IDLE_TIMEOUT",
     "ObjectMemo",
     "OperatorMemo",
+    "all_started",
     "caches_from_memo",
     "configure_kopf",
     "connection_info",
     "elect",
     "is_standby",
     "lead",
+    "mark_started",
     "notify",
     "request_stop",
     "settings_from_memo",
@@ -43,6 +46,9 @@ __all__ = [
 
 WORKER_IDLE_TIMEOUT = 0.1
 """Seconds a per-object kopf worker waits for the object's next event before it exits."""
+
+STARTED_HANDLER_ID = "kopf-csi.started"
+"""The start-up handler registered after every module's (`modules.load`): `mark_started`."""
 
 ANNOTATIONS_PREFIX = "kopf-csi.kopf.dev"
 """Where kopf keeps its progress on our objects: `kopf-csi.kopf.dev/<handler id>`."""
@@ -132,6 +138,26 @@ async def wait_for_driver(memo: Any, *, timeout: float) -> bool:
             )
         await asyncio.sleep(0.02)
     return True
+
+
+async def mark_started(memo: Any, **_: Any) -> None:
+    """The last start-up handler (kopf runs them one by one, in order): all others have run."""
+    _started(memo).set()
+
+
+async def all_started(memo: Any) -> None:
+    """Return once every start-up handler has run, as when kopf starts its watches; at once
+    if `mark_started` is not registered (modules loaded by something else than
+    `modules.load`: nothing would ever say so)."""
+    if STARTED_HANDLER_ID in startup_handler_ids(memo):
+        await _started(memo).wait()
+
+
+def _started(memo: Any) -> asyncio.Event:
+    event = getattr(memo, "all_started", None)
+    if not isinstance(event, asyncio.Event):
+        event = memo.all_started = asyncio.Event()
+    return event
 
 
 Listener = Callable[[Any, bool], "Awaitable[None] | None"]

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import kopf
 import pytest
 
-from kopf_csi import cli, modules
+from kopf_csi import cli, modules, runtime
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *argv: str, **env: str) -> tuple[int, str, str]:
@@ -175,7 +175,7 @@ def test_a_user_file_is_loaded_into_the_registry(tmp_path: pathlib.Path) -> None
     default = kopf.get_default_registry()
     registry = kopf.OperatorRegistry()
     modules.load([str(path)], registry=registry)
-    assert _activity_ids(registry) == ["user.started"]
+    assert _activity_ids(registry) == ["user.started", runtime.STARTED_HANDLER_ID]
     assert kopf.get_default_registry() is default
     assert "user.started" not in _activity_ids(default)
 
@@ -190,7 +190,14 @@ def test_a_user_package_module_is_loaded_again_for_each_registry(
     first, second = kopf.OperatorRegistry(), kopf.OperatorRegistry()
     modules.load(["kopf_csi_test_pkg.handlers"], registry=first)
     modules.load(["kopf_csi_test_pkg.handlers"], registry=second)
-    assert _activity_ids(first) == _activity_ids(second) == ["user.started"]
+    assert (
+        _activity_ids(first)
+        == _activity_ids(second)
+        == [
+            "user.started",
+            runtime.STARTED_HANDLER_ID,
+        ]
+    )
 
 
 def test_a_module_failing_its_own_import_is_not_a_missing_module(

@@ -291,3 +291,54 @@ async def test_protection_finalizers_go_with_a_guarded_update_by_kcm(
     assert unprotected["metadata"]["deletionTimestamp"]
     managers = {e["manager"]: e for e in unprotected["metadata"]["managedFields"]}
     assert "f:finalizers" in managers["kube-controller-manager"]["fieldsV1"]["f:metadata"]
+
+
+def kcm_writes(cluster: EmulatedCluster) -> dict[tuple[str, str], int]:
+    return {
+        (verb, resource): n
+        for (manager, verb, resource), n in cluster.writes.items()
+        if manager == "kube-controller-manager" and n
+    }
+
+
+async def test_a_provisioned_volume_gets_the_real_servers_writes_and_watch_events(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
+    # real-apiserver.md, "Watch traffic per volume": KCM updates (PUT) the claim twice and its
+    # status once, and the PV's status, while a volume is provisioned; on deletion it updates
+    # the PV's status (Released), and each protection controller updates its object once.
+    storage_class(cluster, "fast")
+    with cluster.subscribe(PVCS, PVS) as feed:
+        created = claim(cluster, "data", storageClassName="fast")
+        await until(cluster, lambda: GA in annotations(cluster, "data"))
+        provisioned = volume(cluster, "pvc-1", claim=created)
+        assert provisioned["metadata"]["finalizers"] == [FINALIZER_PV_PROTECTION]
+        await cluster.wait_for(PVCS, "default", "data", phase("Bound"))
+        await kcm.settled()
+        assert kcm_writes(cluster) == {
+            ("create", "events"): 1,
+            ("update", PVCS): 2,
+            ("update", f"{PVCS}/status"): 1,
+            ("update", f"{PVS}/status"): 1,
+        }
+        cluster.writes.clear()
+
+        cluster.delete(PVCS, "default", "data")
+        await cluster.wait_for(PVS, None, "pvc-1", phase("Released"))
+        cluster.delete(PVS, None, "pvc-1", manager="csi-provisioner")
+        await cluster.wait_for(PVS, None, "pvc-1", lambda obj: obj is None)
+        await kcm.settled()
+        assert kcm_writes(cluster) == {
+            ("update", PVCS): 1,
+            ("update", PVS): 1,
+            ("update", f"{PVS}/status"): 1,
+        }
+        assert cluster.writes["csi-provisioner", "delete", PVS] == 1
+        changes = []
+        while feed.pending:
+            changes += await feed.batch()
+    # Each claim and PV change reaches a watcher as one event: about 6 of each, as measured.
+    claim_changes = [c.type for c in changes if c.kind.plural == PVCS]
+    volume_changes = [c.type for c in changes if c.kind.plural == PVS]
+    assert claim_changes == ["ADDED"] + ["MODIFIED"] * 4 + ["DELETED"]
+    assert volume_changes == ["ADDED"] + ["MODIFIED"] * 3 + ["DELETED"]  # + its own finalizer

@@ -7,7 +7,8 @@ generateName; the spec/status split; finalizers and deletionTimestamp; no-op wri
 strategic-merge patch kubernetes-asyncio sends by default; PUT replaces (what leases need);
 ``metadata.managedFields``: one entry per manager and subresource, the manager taken from
 ``fieldManager`` or else the User-Agent up to its first ``/``; the storage-protection
-finalizers every new claim and volume gets from admission.
+finalizers every new claim and volume gets from admission; every write attempted, over HTTP
+or the Python API, is counted by field manager, verb and resource.
 """
 
 from __future__ import annotations
@@ -251,3 +252,25 @@ async def test_claims_and_volumes_get_the_storage_protection_finalizers(
     }
     created_pv = await core.create_persistent_volume(volume)
     assert created_pv.metadata.finalizers == ["example.com/mine", "kubernetes.io/pv-protection"]
+
+
+async def test_every_write_is_counted_by_manager_verb_and_resource(
+    cluster: EmulatedCluster, core: client.CoreV1Api
+) -> None:
+    await core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    cluster.create(PVCS, claim("b"), namespace="default", manager="kcm")
+    current = cluster.get(PVCS, "default", "b")
+    assert current is not None
+    cluster.replace(PVCS, "default", "b", current, subresource="status", manager="kcm")
+    cluster.patch(PVCS, "default", "b", {"metadata": {"labels": {"x": "y"}}}, manager="kcm")
+    with pytest.raises(StatusError):  # failed attempts count too
+        cluster.replace(PVCS, "default", "b", {**current, "spec": {}}, manager="kcm")
+    cluster.delete(PVCS, "default", "a", manager="kcm")
+    assert {key: n for key, n in cluster.writes.items() if key[1:] != ("create", "namespaces")} == {
+        ("OpenAPI-Generator", "create", PVCS): 1,
+        ("kcm", "create", PVCS): 1,
+        ("kcm", "update", f"{PVCS}/status"): 1,
+        ("kcm", "patch", PVCS): 1,
+        ("kcm", "update", PVCS): 1,
+        ("kcm", "delete", PVCS): 1,
+    }

@@ -198,7 +198,8 @@ async def test_watch_events_leave_no_info_lines(
 
     debug = Stream()
     logs.configure(level="DEBUG", format="json", stream=debug, cache_loggers=False)
-    cluster.patch("persistentvolumeclaims", "default", "data", {"metadata": {"labels": {"a": "b"}}})
+    # Claims and PVs are not watched through kopf (`kopf_csi.informers`): a StorageClass is.
+    cluster.patch("storageclasses", None, "sc", {"metadata": {"labels": {"a": "b"}}})
     await until(lambda: "succeeded." in debug.getvalue())  # still there, at debug
     successes = [r for r in debug.records() if "succeeded." in str(r.get("event"))]
     assert {r["level"] for r in successes} == {"debug"}

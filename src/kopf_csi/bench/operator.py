@@ -2,8 +2,9 @@
 
 The benchmark reads this process's CPU time and memory from /proc, so nothing else runs in it:
 the emulated cluster, the KCM stand-in and the driver stay in the benchmark's process. It runs
-the default handler modules in kopf as the tests and the sandbox do (`OperatorThread`), logs at
-WARNING to stderr, and talks to its parent over stdin and stdout, one JSON line each way:
+the default handler modules in kopf as the tests and the sandbox do (`OperatorThread`), logs
+as `kopf-csi run` does in a pod (JSON lines on stderr, at INFO unless `--log-level` says
+otherwise), and talks to its parent over stdin and stdout, one JSON line each way:
 
 - once kopf has started and scanned the API, it prints ``{"ready": true, ...}``;
 - ``stats`` on stdin: it prints the cache sizes and the work queues' state;
@@ -168,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--csi-address", required=True)
     parser.add_argument("--csi-timeout", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=WorkerSettings.provisioner)
-    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--profile", default=os.environ.get(PROFILE_ENV) or None)
     parser.add_argument(
         "--tracemalloc", type=int, default=0, metavar="FRAMES",
@@ -177,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.tracemalloc:
         tracemalloc.start(args.tracemalloc)
-    logs.configure(level=args.log_level, json=False)
+    logs.configure(level=args.log_level, json=True)  # as `kopf-csi run` off a terminal
     profiler = _Profiler() if args.profile else None
     if profiler is not None:
         profiler.install()

@@ -29,12 +29,13 @@ class OperatorProcess:
         log_path: pathlib.Path,
         profile: pathlib.Path | None = None,
         tracemalloc: int = 0,
+        log_level: str = "INFO",
         start_timeout: float = 60.0,
     ) -> None:
         self.argv = [
             sys.executable, "-m", "kopf_csi.bench.operator",
             "--kubeconfig", str(kubeconfig), "--csi-address", csi_address,
-            "--workers", str(workers),
+            "--workers", str(workers), "--log-level", log_level,
         ]  # fmt: skip
         if profile is not None:
             self.argv += ["--profile", str(profile)]

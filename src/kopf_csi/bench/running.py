@@ -92,6 +92,8 @@ class Options:
     """cProfile the operator process into this file."""
     tracemalloc: int = 0
     """Scale mode: trace the operator's allocations (frames kept) and report the top sites."""
+    log_level: str = "INFO"
+    """The operator's log level: `kopf-csi run`'s default, as deployed."""
 
 
 # -- the environment ---------------------------------------------------------------------------
@@ -247,6 +249,7 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
                 log_path=workdir / "operator.log",
                 profile=options.profile.resolve() if options.profile else None,
                 tracemalloc=options.tracemalloc,
+                log_level=options.log_level,
             )
             env = _Env(cluster, kcm, driver, operator, progress, timeout, socket_path)
             try:
@@ -336,6 +339,9 @@ class _Mark:
     counts: collections.Counter[tuple[str, str]]
     cpu: float
     started: float
+    writes: collections.Counter[tuple[str, str, str]]  # every client's, by manager
+    watch_events: collections.Counter[tuple[str, str]]
+    watch_bytes: collections.Counter[str]
 
 
 def _mark(env: _Env) -> _Mark:
@@ -343,7 +349,10 @@ def _mark(env: _Env) -> _Mark:
     counts, cpu = cluster.counts(), env.sample().cpu
     env.bench_cpu_before = procfs.cpu_seconds(os.getpid())
     env.errors_before = cluster.error_counts()
-    return _Mark(counts, cpu, time.perf_counter())
+    return _Mark(
+        counts, cpu, time.perf_counter(), collections.Counter(cluster.writes),
+        collections.Counter(cluster.watch_events), collections.Counter(cluster.watch_bytes),
+    )  # fmt: skip
 
 
 def _status(
@@ -433,6 +442,13 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
         provision["seconds_to_volumes"] = round(
             max(timeline.volume_created[u] for u in uids) - mark.started, 3
         )
+        first = min(uids, key=lambda u: timeline.volume_created[u])
+        provision["seconds_to_first_volume"] = round(
+            timeline.volume_created[first] - mark.started, 3
+        )
+        provision["first_volume_after_its_claim"] = round(
+            timeline.volume_created[first] - timeline.created[first], 3
+        )
         provision["seconds_to_bound"] = round(
             max(timeline.bound[u] for u in uids) - mark.started, 3
         )
@@ -520,9 +536,16 @@ def _phase(
     *,
     latencies: dict[str, list[float]],
 ) -> dict[str, Any]:
-    cpu = env.sample().cpu - mark.cpu
+    sample = env.sample()
+    cpu = sample.cpu - mark.cpu
+    cluster = env.cluster
     phase: dict[str, Any] = {
         "claims": n,
+        "rss_peak": sample.hwm,  # VmHWM: the peak so far, this phase included
+        "watch_events": report.watch_summary(
+            cluster.watch_events - mark.watch_events, cluster.watch_bytes - mark.watch_bytes, n
+        ),
+        "writes": report.writes_summary(cluster.writes - mark.writes, n),
         "settled_seconds": round(time.perf_counter() - mark.started, 3),
         "cpu_seconds": round(cpu, 2),
         "cpu_ms_per_volume": round(cpu * 1000 / n, 2),
@@ -971,6 +994,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--tracemalloc", type=int, default=0, metavar="FRAMES",
         help="scale mode: trace the operator's allocations (distorts RSS)",
     )  # fmt: skip
+    parser.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the operator's log level (INFO, as `kopf-csi run` by default)",
+    )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
     logs.configure(level="WARNING", json=False)
@@ -985,6 +1012,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         idle_wait=args.idle_wait,
         profile=args.profile,
         tracemalloc=args.tracemalloc,
+        log_level=args.log_level,
     )
     try:
         result = asyncio.run(run(options, Progress(enabled=not args.no_progress)))

@@ -11,8 +11,10 @@ A lost race is not a failure. On a real server the PV controller, the pv-protect
 controller and the DELETE itself change a PV within milliseconds of each other, so a write
 guarded by a resourceVersion read a moment ago often meets a 422 (failed `test`) or 409. Such
 a write is re-read and tried again at once (`access.update_finalizers`), with no event, no
-warning and no failure metric; and a volume whose DeleteVolume succeeded is never deleted on
-the driver again by this process, whatever happens to the PV writes after it.
+warning and no failure metric. Our finalizer goes after the DELETE with a patch that needs no
+resourceVersion (`access.remove_finalizer`), so that write has no race to lose at all. And a
+volume whose DeleteVolume succeeded is never deleted on the driver again by this process,
+whatever happens to the PV writes after it.
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ from typing import Any
 import structlog
 
 from kopf_csi import events, kube, names
-from kopf_csi.caches import Caches
+from kopf_csi.caches import Caches, object_key
 from kopf_csi.csi import CSIError
 from kopf_csi.observing import ProvisioningObserver, volume_class
 from kopf_csi.provisioning import deletions
 from kopf_csi.provisioning.access import meta as meta_of
+from kopf_csi.provisioning.access import remove_finalizer, update_finalizers
 from kopf_csi.provisioning.access import uid as uid_of
-from kopf_csi.provisioning.access import update_finalizers
 from kopf_csi.provisioning.backends import DeletionGuard, ProvisionerBackend
 from kopf_csi.provisioning.errors import IgnoredError
 from kopf_csi.provisioning.states import error_text
@@ -148,9 +150,16 @@ class Reclaimer:
             answer = await self.api.delete(kube.VOLUMES, meta["name"], uid=uid)
             current = answer if answer is not None and answer.get("kind") != "Status" else None
         if current is not None:
-            await update_finalizers(self.api, kube.VOLUMES, current, _without_ours)
-        # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do.
-        self.caches.volumes.remove(volume)
+            await remove_finalizer(self.api, kube.VOLUMES, current, names.FINALIZER_PV)
+        # Gone as far as we are concerned: a re-run before the DELETED event finds nothing to do
+        # (`finished`). The cached copy goes only if no newer one came meanwhile: the watch may
+        # have brought the PV without our finalizer already, and the attacher, whose finalizer
+        # may still hold it, reads that copy (it stayed stuck on a cache emptied after it).
+        cached = self.caches.volumes.get(object_key(volume))
+        if cached is not None and cached["metadata"].get("resourceVersion") == meta.get(
+            "resourceVersion"
+        ):
+            self.caches.volumes.remove(volume)
         self.deleted_on_driver.pop(uid, None)
         self.finished[uid] = None
         while len(self.finished) > FINISHED_REMEMBERED:
@@ -175,10 +184,3 @@ class Reclaimer:
         if updated is not None and updated is not volume:
             self.caches.volumes.store(updated)
         return updated
-
-
-def _without_ours(volume: Body) -> list[str] | None:
-    finalizers = list(meta_of(volume).get("finalizers") or ())
-    if names.FINALIZER_PV not in finalizers:
-        return None
-    return [f for f in finalizers if f != names.FINALIZER_PV]

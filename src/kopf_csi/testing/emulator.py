@@ -209,10 +209,24 @@ class _Listener(Protocol):
 class _HttpWatch:
     """One HTTP watch: filters changes and queues ready-to-send lines (b"" ends the stream)."""
 
-    def __init__(self, *, namespace: str | None, selectors: list[apimachinery.Selector]) -> None:
+    def __init__(
+        self,
+        *,
+        namespace: str | None,
+        selectors: list[apimachinery.Selector],
+        sent: collections.Counter[tuple[str, str]],
+        sent_bytes: collections.Counter[str],
+    ) -> None:
         self.namespace = namespace
         self.selectors = selectors
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.sent = sent  # the cluster's count of watch events, by (plural, type)
+        self.sent_bytes = sent_bytes
+
+    def put(self, plural: str, type_: str, line: bytes) -> None:
+        self.sent[plural, type_] += 1
+        self.sent_bytes[plural] += len(line)
+        self.queue.put_nowait(line)
 
     def matches(self, obj: Mapping[str, Any] | None) -> bool:
         if obj is None:
@@ -230,9 +244,8 @@ class _HttpWatch:
             type_ = "ADDED" if now else "DELETED"
         elif not now:
             return
-        self.queue.put_nowait(
-            change.line if type_ == change.type else _event_line(type_, change.object)
-        )
+        line = change.line if type_ == change.type else _event_line(type_, change.object)
+        self.put(change.kind.plural, type_, line)
 
     def close(self) -> None:
         self.queue.put_nowait(b"")
@@ -444,6 +457,14 @@ class EmulatedCluster:
         self.bookmark_interval = bookmark_interval
         self.faults = Faults()
         self.requests = RequestLog()  # every HTTP request, as RBAC sees it (counts only)
+        # Every write attempted, over HTTP or the Python API, failed ones too: (field manager,
+        # verb, plural or plural/subresource) -> count. The controller stand-ins write through
+        # the Python API, so `requests` alone misses them.
+        self.writes: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        # Watch events sent on HTTP watches (initial ADDED ones included): (plural, type),
+        # and their bytes by plural.
+        self.watch_events: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.watch_bytes: collections.Counter[str] = collections.Counter()
         self._initial_namespaces = namespaces
         self._kinds: dict[tuple[str, str, str], Kind] = {}
         self._names: dict[str, Kind] = {}
@@ -567,7 +588,9 @@ class EmulatedCluster:
         namespace: str | None = None,
         manager: str = TEST_MANAGER,
     ) -> Body:
-        return _clone(self._create(self.kind(resource), namespace, _clone(body), manager))
+        kind = self.kind(resource)
+        self._count_write(manager, "create", kind, None)
+        return _clone(self._create(kind, namespace, _clone(body), manager))
 
     def replace(
         self,
@@ -581,6 +604,7 @@ class EmulatedCluster:
     ) -> Body:
         new = _clone(body)
         kind = self.kind(resource)
+        self._count_write(manager, "update", kind, subresource)
         return _clone(self._update(kind, namespace, name, lambda old: new, subresource, manager))
 
     def patch(
@@ -596,6 +620,7 @@ class EmulatedCluster:
     ) -> Body:
         patcher, body = _PATCHERS[patch_type], _clone(patch)
         kind = self.kind(resource)
+        self._count_write(manager, "patch", kind, subresource)
         return _clone(
             self._update(
                 kind, namespace, name, lambda old: patcher(old, body), subresource, manager
@@ -609,8 +634,11 @@ class EmulatedCluster:
         name: str,
         *,
         preconditions: Mapping[str, str] | None = None,
+        manager: str = TEST_MANAGER,
     ) -> Body:
-        return _clone(self._delete(self.kind(resource), namespace, name, preconditions))
+        kind = self.kind(resource)
+        self._count_write(manager, "delete", kind, None)
+        return _clone(self._delete(kind, namespace, name, preconditions))
 
     def subscribe(self, *resources: str, initial: bool = False) -> Subscription:
         """Feed every change of these kinds (all kinds if none), from now on.
@@ -652,6 +680,10 @@ class EmulatedCluster:
         return obj
 
     # --- The write path ------------------------------------------------------------------
+
+    def _count_write(self, manager: str, verb: str, kind: Kind, subresource: str | None) -> None:
+        resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
+        self.writes[manager, verb, resource] += 1
 
     def _key(self, kind: Kind, namespace: str | None, name: str) -> tuple[str, str]:
         return (namespace or "", name) if kind.namespaced else ("", name)
@@ -885,7 +917,7 @@ class EmulatedCluster:
         if initial:
             for obj in self._list(kind, watch.namespace):
                 if watch.matches(obj):
-                    watch.queue.put_nowait(_event_line("ADDED", obj))
+                    watch.put(kind.plural, "ADDED", _event_line("ADDED", obj))
             if end_bookmark:
                 watch.queue.put_nowait(self._bookmark(kind, initial_end=True))
         elif since is not None:
@@ -972,6 +1004,7 @@ class EmulatedCluster:
         manager = apimachinery.manager_name(
             params.get("fieldManager"), request.headers.get("User-Agent")
         )
+        self._count_write(manager, verb, kind, sub)
         if verb == "create":
             if kind.namespaced and ns is None:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
@@ -1011,7 +1044,12 @@ class EmulatedCluster:
         bookmarks = _truthy(params.get("allowWatchBookmarks"))
         since = params.get("resourceVersion") or None
         initial_events = _truthy(params.get("sendInitialEvents"))
-        watch = _HttpWatch(namespace=target.namespace, selectors=selectors)
+        watch = _HttpWatch(
+            namespace=target.namespace,
+            selectors=selectors,
+            sent=self.watch_events,
+            sent_bytes=self.watch_bytes,
+        )
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         try:
             initial = since in (None, "0") or initial_events

@@ -28,7 +28,10 @@ What it mirrors, from kubernetes/kubernetes (read, not copied; see sidecars.md Â
   names, a volume that is not Bound. On a real server these writes land within milliseconds
   of the deletion, and race the external provisioner's own writes on the same PV.
 
-Every write carries the field manager ``kube-controller-manager``.
+Every write carries the field manager ``kube-controller-manager``, and every change to an
+existing object is an update (PUT, of ``/status`` for phases) of the cached copy, guarded by its
+resourceVersion, as client-go's ``Update``/``UpdateStatus`` in KCM: the verbs and their order
+per volume are the real server's (docs/benchmarks.md, "Watch traffic per volume").
 
 Left out: static binding of claim-less PVs to claims by class/size/modes, in-tree
 provisioning/deletion/recycling, CSI migration, multi-attach checks, waiting for kubelet to
@@ -254,8 +257,8 @@ class ControllerManager(StandIn):
                 ):
                     continue
                 if ANN_SELECTED_NODE not in _annotations(claim):
-                    patch = {"metadata": {"annotations": {ANN_SELECTED_NODE: node}}}
-                    self._patch("persistentvolumeclaims", claim, patch)
+                    changes = {"metadata": {"annotations": {ANN_SELECTED_NODE: node}}}
+                    self._update("persistentvolumeclaims", claim, changes)
 
     # --- PV controller -------------------------------------------------------------------
 
@@ -293,7 +296,7 @@ class ControllerManager(StandIn):
             return  # in-tree plugins and kubernetes.io/no-provisioner: not ours to emulate
         wanted = {ANN_STORAGE_PROVISIONER: provisioner, ANN_BETA_STORAGE_PROVISIONER: provisioner}
         if any(_annotations(claim).get(key) != value for key, value in wanted.items()):
-            claim = self._patch(
+            claim = self._update(
                 "persistentvolumeclaims", claim, {"metadata": {"annotations": wanted}}
             )
         self._event(
@@ -309,7 +312,7 @@ class ControllerManager(StandIn):
         for storage_class in self._cache["storageclasses"].values():
             if _annotations(storage_class).get(ANN_DEFAULT_CLASS) == "true":
                 name = storage_class["metadata"]["name"]
-                self._patch("persistentvolumeclaims", claim, {"spec": {"storageClassName": name}})
+                self._update("persistentvolumeclaims", claim, {"spec": {"storageClassName": name}})
                 return True
         return False
 
@@ -370,7 +373,9 @@ class ControllerManager(StandIn):
 
     def _lose(self, claim: Body, reason: str, message: str) -> None:
         if _phase(claim) != "Lost":
-            self._patch("persistentvolumeclaims", claim, {"status": {"phase": "Lost"}}, status=True)
+            self._update(
+                "persistentvolumeclaims", claim, {"status": {"phase": "Lost"}}, status=True
+            )
             self._event(claim, "Warning", reason, message)
 
     def _bind(self, volume: Body, claim: Body) -> None:
@@ -385,27 +390,27 @@ class ControllerManager(StandIn):
                 uid=meta["uid"],
                 resourceVersion=meta["resourceVersion"],
             )
-            patch: Body = {"spec": {"claimRef": claim_ref}}
+            changes: Body = {"spec": {"claimRef": claim_ref}}
             if not bound_to_claim:
-                patch["metadata"] = {"annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}}
-            volume = self._patch("persistentvolumes", volume, patch)
+                changes["metadata"] = {"annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}}
+            volume = self._update("persistentvolumes", volume, changes)
         if _phase(volume) != "Bound":
-            volume = self._patch(
+            volume = self._update(
                 "persistentvolumes", volume, {"status": {"phase": "Bound"}}, status=True
             )
         volume_name = volume["metadata"]["name"]
-        claim_patch: Body = {}
+        claim_changes: Body = {}
         annotations: dict[str, str] = {}
         if _spec(claim).get("volumeName") != volume_name:
-            claim_patch["spec"] = {"volumeName": volume_name}
+            claim_changes["spec"] = {"volumeName": volume_name}
             if ANN_BOUND_BY_CONTROLLER not in _annotations(claim):
                 annotations[ANN_BOUND_BY_CONTROLLER] = "yes"
         if ANN_BIND_COMPLETED not in _annotations(claim):
             annotations[ANN_BIND_COMPLETED] = "yes"
         if annotations:
-            claim_patch["metadata"] = {"annotations": annotations}
-        if claim_patch:
-            claim = self._patch("persistentvolumeclaims", claim, claim_patch)
+            claim_changes["metadata"] = {"annotations": annotations}
+        if claim_changes:
+            claim = self._update("persistentvolumeclaims", claim, claim_changes)
         status: Body = {}
         if (claim.get("status") or {}).get("accessModes") != _spec(volume).get("accessModes"):
             status["accessModes"] = _spec(volume).get("accessModes")
@@ -414,7 +419,7 @@ class ControllerManager(StandIn):
             # can mean a pending filesystem resize).
             status.update(phase="Bound", capacity=_spec(volume).get("capacity"))
         if status:
-            self._patch("persistentvolumeclaims", claim, {"status": status}, status=True)
+            self._update("persistentvolumeclaims", claim, {"status": status}, status=True)
 
     def _sync_volume(self, volume: Body) -> None:
         ref = _spec(volume).get("claimRef")
@@ -438,18 +443,18 @@ class ControllerManager(StandIn):
                 self._unbind(volume)
                 return
         if _phase(volume) != phase:
-            self._patch("persistentvolumes", volume, {"status": {"phase": phase}}, status=True)
+            self._update("persistentvolumes", volume, {"status": {"phase": phase}}, status=True)
 
     def _unbind(self, volume: Body) -> None:
         if ANN_BOUND_BY_CONTROLLER in _annotations(volume):
-            patch: Body = {
+            changes: Body = {
                 "spec": {"claimRef": None},
                 "metadata": {"annotations": {ANN_BOUND_BY_CONTROLLER: None}},
             }
         else:
-            patch = {"spec": {"claimRef": {"uid": None}}}  # pre-bound by the user: keep the ref
-        volume = self._patch("persistentvolumes", volume, patch)
-        self._patch("persistentvolumes", volume, {"status": {"phase": "Available"}}, status=True)
+            changes = {"spec": {"claimRef": {"uid": None}}}  # pre-bound by the user: keep the ref
+        volume = self._update("persistentvolumes", volume, changes)
+        self._update("persistentvolumes", volume, {"status": {"phase": "Available"}}, status=True)
 
     # --- pvc-protection and pv-protection controllers --------------------------------------
 
@@ -500,7 +505,8 @@ class ControllerManager(StandIn):
             if attachment is None:
                 self._attachments.discard(name)
             elif not _meta(attachment).get("deletionTimestamp"):
-                self.cluster.delete("volumeattachments", None, name)  # the feed updates the cache
+                # the feed updates the cache
+                self.cluster.delete("volumeattachments", None, name, manager=self.manager)
 
     def _desired_attachments(self) -> Iterator[tuple[str, Body]]:
         drivers = self._cache["csidrivers"]

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -20,7 +18,7 @@ from typing import Any
 import kopf
 from kopf._cogs.structs.references import Insights  # private, but kopf is pinned exactly
 
-from kopf_csi import runtime
+from kopf_csi import modules, runtime
 from kopf_csi.modules import DEFAULT_MODULES  # the canonical list; re-exported for tests
 from kopf_csi.settings import Settings
 
@@ -57,16 +55,7 @@ class OperatorThread:
         self.stop_reason: str | None = None  # why the operator stopped itself, if it did
 
     def _load(self) -> None:
-        previous = kopf.get_default_registry()
-        kopf.set_default_registry(self.registry)
-        try:
-            for name in self.modules:
-                if name in sys.modules:
-                    importlib.reload(sys.modules[name])
-                else:
-                    importlib.import_module(name)
-        finally:
-            kopf.set_default_registry(previous)
+        modules.load(self.modules, registry=self.registry)
 
     def _run(self) -> None:
         _quiet_signal_warning()

@@ -15,6 +15,7 @@ import contextlib
 from types import TracebackType
 from typing import ClassVar, Self
 
+from kopf_csi.testing import apimachinery
 from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, Subscription
 
 __all__ = ["StandIn"]
@@ -79,6 +80,21 @@ class StandIn(abc.ABC):
             meta.get("namespace"),
             meta["name"],
             patch,
+            subresource="status" if status else None,
+            manager=self.manager,
+        )
+        return self._put(plural, result)
+
+    def _update(self, plural: str, obj: Body, changes: Body, *, status: bool = False) -> Body:
+        """An update (PUT, of the status with `status`) as this controller, cached at once: the
+        cached object with `changes` merged in (merge-patch rules), guarded by its
+        resourceVersion, as client-go's ``Update``/``UpdateStatus`` from an informer's copy."""
+        meta = obj["metadata"]
+        result = self.cluster.replace(
+            plural,
+            meta.get("namespace"),
+            meta["name"],
+            apimachinery.merge_patch(obj, changes),
             subresource="status" if status else None,
             manager=self.manager,
         )

@@ -1,0 +1,130 @@
+"""Our own list-and-watch of the busiest kinds (claims, PVs), outside kopf's per-object machinery.
+
+On a real API server a claim and its PV bring about six watch events each (real-apiserver.md).
+Through kopf, every one of them costs a per-object worker task, its queue, cause detection, a
+per-event logger and handler invocation: 36 % of the operator's CPU in the benchmark's profile,
+for handlers that only update a cache and pass the event on (docs/benchmarks.md). An
+`Informer` does what client-go's reflector does instead, in one task per kind: a LIST (in
+pages) and then a watch from the list's resourceVersion, each event handed to `on_event` in
+order; a watch that ends is resumed from the last resourceVersion seen (bookmarks included),
+and one that is too old (410 Gone) lists again, reporting the objects that disappeared in the
+gap as DELETED. Errors are logged and retried with a backoff, forever, until cancelled.
+
+Each listed object is passed as ADDED, as kopf passes its initial listing; a DELETED object
+found only by a relist is passed as a stub (`metadata.name`, `metadata.namespace`): its last
+state is not kept here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import structlog
+
+from kopf_csi import kube
+from kopf_csi.caches import object_key
+
+__all__ = ["Informer", "OnEvent"]
+
+OnEvent = Callable[[str, dict[str, Any]], Awaitable[None]]
+"""`(event type, object)`: ADDED, MODIFIED or DELETED, and the object as sent."""
+
+RETRY_FIRST = 0.2
+RETRY_MAX = 5.0
+
+log = structlog.get_logger("kopf_csi.informers")
+
+
+class Informer:
+    """``await Informer(api, kube.VOLUMES, on_event).run()``: list, then watch, forever."""
+
+    def __init__(
+        self,
+        api: kube.KubeClient,
+        resource: kube.Resource,
+        on_event: OnEvent,
+        *,
+        timeout: int = kube.WATCH_TIMEOUT,
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.on_event = on_event
+        self.timeout = timeout
+        self.synced = asyncio.Event()  # the first LIST has been passed on
+        self._known: set[str] = set()  # the keys of the objects that exist, as far as we know
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name=f"informer {self.resource.plural}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def run(self) -> None:
+        version: str | None = None
+        delay = RETRY_FIRST
+        while True:
+            try:
+                if version is None:
+                    version = await self._relist()
+                    self.synced.set()
+                version = await self._follow(version)
+                delay = RETRY_FIRST
+            except kube.KubeError as exc:
+                if exc.status == 410:  # too old: list again (the gap's deletions come out)
+                    log.debug("watch_expired", resource=self.resource.plural, error=str(exc))
+                    version = None
+                    continue
+                delay = await self._backoff(exc, delay)
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                delay = await self._backoff(exc, delay)
+
+    async def _backoff(self, exc: Exception, delay: float) -> float:
+        log.warning(
+            "watch_failed", resource=self.resource.plural, error=str(exc) or repr(exc), delay=delay
+        )
+        await asyncio.sleep(delay)
+        return min(delay * 2, RETRY_MAX)
+
+    async def _relist(self) -> str:
+        versions: list[str] = []
+        listed: set[str] = set()
+        async for page in self.api.pages(self.resource, versions=versions):
+            for obj in page:
+                listed.add(object_key(obj))
+                await self._deliver("ADDED", obj)
+        for key in sorted(self._known - listed):
+            namespace, _, name = key.rpartition("/")
+            await self._deliver("DELETED", self._stub(namespace, name))
+        self._known = listed
+        return versions[0] if versions else ""
+
+    async def _follow(self, version: str) -> str:
+        """One watch request, to its end; the resourceVersion to resume from."""
+        async for event in self.api.watch(
+            self.resource, resource_version=version, timeout=self.timeout
+        ):
+            obj = event.get("object") or {}
+            seen = (obj.get("metadata") or {}).get("resourceVersion")
+            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                await self._deliver(str(event["type"]), obj)
+            version = str(seen or version)
+        return version
+
+    async def _deliver(self, type_: str, obj: dict[str, Any]) -> None:
+        if type_ == "DELETED":
+            self._known.discard(object_key(obj))
+        else:
+            self._known.add(object_key(obj))
+        await self.on_event(type_, obj)
+
+    @staticmethod
+    def _stub(namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": namespace} if namespace else {"name": name}}

@@ -1,0 +1,173 @@
+"""The claim and PV informers (our own list-and-watch), against the emulated API over HTTP.
+
+We test these aspects:
+- every existing object comes as ADDED, then every change in order, each exactly once, also
+  across the end of a watch request (resumed from the last resourceVersion);
+- a watch too old for the server's history (410 Gone) lists again, and an object deleted in
+  the gap comes as DELETED (a stub with its name and namespace);
+- an API error is logged and retried, and the informer carries on;
+- a deletion found by a relist reaches the controllers with the last cached state;
+- the operator watches claims and PVs through them, not through kopf (no kopf handler for
+  either kind), once every start-up handler has run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from kopf_csi import kube, modules, runtime
+from kopf_csi.informers import Informer
+from kopf_csi.testing.emulator import EmulatedCluster
+
+PVCS = "persistentvolumeclaims"
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[EmulatedCluster]:
+    async with EmulatedCluster(storage_protection=False) as cluster:  # claims: a sample kind
+        yield cluster
+
+
+@pytest.fixture
+async def api(kubeconfig: pathlib.Path) -> AsyncIterator[kube.KubeClient]:
+    client = await kube.KubeClient.connect(kubeconfig)
+    yield client
+    await client.close()
+
+
+def claim(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"resources": {}}}
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str | None]] = []
+        self.changed = asyncio.Event()
+
+    async def __call__(self, type_: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        self.events.append((type_, meta["name"], meta.get("labels", {}).get("step")))
+        self.changed.set()
+
+    async def until(self, count: int) -> None:
+        async with asyncio.timeout(10):
+            while len(self.events) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def test_lists_then_streams_every_change_once_across_watch_requests(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    cluster.create(PVCS, claim("old"), namespace="default")
+    recorder = Seen()
+    informer = Informer(api, kube.CLAIMS, recorder, timeout=1)  # each watch request ends in 1 s
+    informer.start()
+    try:
+        await recorder.until(1)
+        assert informer.synced.is_set()
+        cluster.patch(PVCS, "default", "old", {"metadata": {"labels": {"step": "1"}}})
+        await recorder.until(2)
+        await asyncio.sleep(1.2)  # the watch request ended and was resumed
+        cluster.create(PVCS, claim("new"), namespace="default")
+        cluster.delete(PVCS, "default", "old")
+        await recorder.until(4)
+        await asyncio.sleep(1.2)
+    finally:
+        await informer.stop()
+    assert recorder.events == [
+        ("ADDED", "old", None),
+        ("MODIFIED", "old", "1"),
+        ("ADDED", "new", None),
+        ("DELETED", "old", "1"),
+    ]
+
+
+async def test_a_watch_too_old_lists_again_and_reports_the_gaps_deletions(
+    kubeconfig: pathlib.Path,
+) -> None:
+    async with EmulatedCluster(history=2, storage_protection=False) as small:
+        config = small.write_kubeconfig(kubeconfig.parent / "small")
+        small.create(PVCS, claim("gone"), namespace="default")
+        small.create(PVCS, claim("kept"), namespace="default")
+        async with await kube.KubeClient.connect(config) as client:
+            recorder = Seen()
+            informer = Informer(client, kube.CLAIMS, recorder, timeout=1)
+            # Listed, then the informer is paused past the history the server keeps.
+            original = informer._follow
+            paused = asyncio.Event()
+
+            async def follow(version: str) -> str:
+                if not paused.is_set():
+                    paused.set()
+                    small.delete(PVCS, "default", "gone")
+                    for step in "123":  # three changes: the listed version falls out
+                        small.patch(PVCS, "default", "kept", {"metadata": {"labels": {"s": step}}})
+                return await original(version)
+
+            informer._follow = follow  # type: ignore[method-assign]
+            informer.start()
+            try:
+                await recorder.until(4)
+            finally:
+                await informer.stop()
+    assert recorder.events[:2] == [("ADDED", "gone", None), ("ADDED", "kept", None)]
+    assert recorder.events[2:] == [("ADDED", "kept", None), ("DELETED", "gone", None)]
+
+
+async def test_an_api_error_is_retried(
+    cluster: EmulatedCluster, api: kube.KubeClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.faults.add(500, verb="list", resource=PVCS, times=1)
+    cluster.create(PVCS, claim("a"), namespace="default")
+    recorder = Seen()
+    informer = Informer(api, kube.CLAIMS, recorder)
+    informer.start()
+    try:
+        await recorder.until(1)
+    finally:
+        await informer.stop()
+    assert recorder.events == [("ADDED", "a", None)]
+    assert not cluster.faults
+
+
+async def test_claims_and_volumes_are_not_watched_through_kopf() -> None:
+    import kopf
+
+    registry = kopf.OperatorRegistry()
+    modules.load(modules.DEFAULT_MODULES, registry=registry)
+    watching = {str(h.id) for h in registry._watching.get_all_handlers()}
+    assert "caches.volumes" not in watching
+    assert "caches.claims" not in watching
+    assert "caches.volumeattachments" in watching  # still through kopf
+    memo = runtime.OperatorMemo(registry=registry)
+    ids = [str(h.id) for h in registry._activities.get_all_handlers()]
+    assert ids[-1] == runtime.STARTED_HANDLER_ID  # after every module's start-up handler
+    waiting = asyncio.create_task(runtime.all_started(memo))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    await runtime.mark_started(memo)
+    await asyncio.wait_for(waiting, 1)
+
+
+async def test_a_deletion_found_by_a_relist_reaches_the_controllers_with_the_last_state() -> None:
+    from handlers import caches as cache_handlers
+    from kopf_csi.caches import Caches
+
+    memo = runtime.OperatorMemo(caches=Caches())
+    pv = {"metadata": {"name": "pv-1", "resourceVersion": "5"}, "spec": {"csi": {"driver": "d"}}}
+    memo.caches.volumes.store(pv)
+    got: list[tuple[dict[str, Any], bool]] = []
+    runtime.subscribe(memo, kube.VOLUMES, lambda obj, deleted: got.append((obj, deleted)))
+    await cache_handlers.volumes(
+        memo, {"type": "DELETED", "object": {"metadata": {"name": "pv-1"}}}
+    )
+    assert got == [
+        ({"metadata": {"name": "pv-1", "resourceVersion": "5"}, "spec": pv["spec"]}, True)
+    ]
+    assert "pv-1" not in memo.caches.volumes
