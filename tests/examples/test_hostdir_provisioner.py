@@ -173,9 +173,9 @@ async def test_immediate_local_volume_is_made_and_deleted_with_its_directory(
     assert volume["spec"]["capacity"] == {"storage": "1Mi"}
     assert volume["spec"]["claimRef"]["uid"] == uid
     assert directories(base) == [name]
-    assert events_of(cluster, "data", "ProvisioningSucceeded") == [
-        f"Successfully provisioned volume {name}"
-    ]
+    # The event follows the PV's creation, and the binder may bind the claim before it lands.
+    succeeded = await until(lambda: events_of(cluster, "data", "ProvisioningSucceeded"))
+    assert succeeded == [f"Successfully provisioned volume {name}"]
     managers = {entry["manager"] for entry in volume["metadata"]["managedFields"]}
     assert "kopf-csi.kopf.dev-hostdir" in managers  # its own field manager, not csi-provisioner
     delete_claim(cluster, "data")
