@@ -274,3 +274,18 @@ async def test_every_write_is_counted_by_manager_verb_and_resource(
         ("kcm", "update", PVCS): 1,
         ("kcm", "delete", PVCS): 1,
     }
+
+
+def test_custom_resources_refuse_strategic_merge_patches(cluster: EmulatedCluster) -> None:
+    """As kube-apiserver: a CRD's objects take JSON and merge patches, never strategic ones."""
+    body = {"metadata": {"name": "snap"}, "spec": {"source": {"persistentVolumeClaimName": "a"}}}
+    cluster.create("volumesnapshots", body, namespace="default")
+    patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x"]}}
+    with pytest.raises(StatusError) as error:
+        cluster.patch("volumesnapshots", "default", "snap", patch, patch_type="strategic")
+    assert error.value.code == 415
+    assert error.value.reason == "UnsupportedMediaType"
+    merged = cluster.patch(
+        "volumesnapshots", "default", "snap", {"metadata": {"labels": {"a": "b"}}}
+    )
+    assert merged["metadata"]["labels"] == {"a": "b"}

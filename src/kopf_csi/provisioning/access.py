@@ -21,6 +21,7 @@ __all__ = [
     "escape",
     "meta",
     "read_secret_data",
+    "remove_finalizer",
     "replace_finalizers",
     "uid",
     "update_finalizers",
@@ -102,13 +103,12 @@ async def remove_finalizer(
     list item) needs no resourceVersion: it removes only this item, so it can neither lose a
     race nor drop another writer's finalizer. A guarded replace from the cache lost its race
     on every PV deletion in the benchmark, where the pv-protection controller and the DELETE
-    write the PV first (a 422, a GET and a second PATCH per volume; docs/benchmarks.md). If
-    even this is refused as stale (409/422), the guarded, re-reading `update_finalizers`
-    takes over.
+    write the PV first (a 422, a GET and a second PATCH per volume; docs/benchmarks.md).
+    Built-in kinds only: a real API server refuses strategic merge for custom resources (415).
     """
-    if finalizer not in (meta(obj).get("finalizers") or ()):
-        return obj
     metadata = meta(obj)
+    if finalizer not in (metadata.get("finalizers") or ()):
+        return obj
     patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer]}}
     try:
         return await api.patch(
@@ -116,15 +116,6 @@ async def remove_finalizer(
         )
     except kube.NotFoundError:
         return None
-    except kube.StaleWriteError as exc:
-        log.debug("finalizer_write_raced", obj=metadata.get("name"), error=str(exc))
-
-    def without(current: Body) -> list[str] | None:
-        finalizers = list(meta(current).get("finalizers") or ())
-        return [f for f in finalizers if f != finalizer] if finalizer in finalizers else None
-
-    current = await api.get(resource, metadata["name"], metadata.get("namespace"))
-    return None if current is None else await update_finalizers(api, resource, current, without)
 
 
 async def update_finalizers(

@@ -77,6 +77,11 @@ class Kind:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
+    def custom(self) -> bool:
+        """Served from a CustomResourceDefinition (the snapshot kinds), not built in."""
+        return self.group not in _BUILT_IN_GROUPS
+
+    @property
     def qualified(self) -> str:
         """``plural.group``, as the real server names a resource in its messages."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
@@ -136,6 +141,9 @@ KINDS: tuple[Kind, ...] = (
 )
 """What the operator and the controller stand-ins touch. Core ``events`` wins the bare name."""
 
+_BUILT_IN_GROUPS = frozenset(
+    {"", "storage.k8s.io", "coordination.k8s.io", "events.k8s.io", "apiextensions.k8s.io"}
+)
 # The API server defaults these phases on create (Go: SetDefaults_PersistentVolume[Claim]).
 _PENDING_ON_CREATE = {("", "persistentvolumeclaims"), ("", "persistentvolumes")}
 # Server-owned metadata: a client's values are ignored on every write.
@@ -618,8 +626,8 @@ class EmulatedCluster:
         subresource: str | None = None,
         manager: str = TEST_MANAGER,
     ) -> Body:
-        patcher, body = _PATCHERS[patch_type], _clone(patch)
         kind = self.kind(resource)
+        patcher, body = _patcher(kind, patch_type), _clone(patch)
         self._count_write(manager, "patch", kind, subresource)
         return _clone(
             self._update(
@@ -1021,7 +1029,7 @@ class EmulatedCluster:
         if verb == "update":
             result = self._update(kind, ns, name, lambda old: payload, sub, manager)
         else:
-            patcher = _PATCHERS[_patch_type(request.content_type)]
+            patcher = _patcher(kind, _patch_type(request.content_type))
             result = self._update(kind, ns, name, lambda old: patcher(old, payload), sub, manager)
         return aiohttp.web.json_response(result, dumps=_dumps)
 
@@ -1123,6 +1131,20 @@ _PATCHERS: dict[PatchType, Callable[[Any, Any], Any]] = {
     "strategic": apimachinery.strategic_merge_patch,
     "json": apimachinery.json_patch,
 }
+
+
+def _patcher(kind: Kind, patch_type: PatchType) -> Callable[[Any, Any], Any]:
+    """The patch algorithm; custom resources have no strategic merge (their schema has no
+    patch strategies), which a real API server answers with this 415."""
+    if patch_type == "strategic" and kind.custom:
+        raise StatusError(
+            415,
+            "the body of the request was in an unknown format - accepted media types include: "
+            "application/json-patch+json, application/merge-patch+json, "
+            "application/apply-patch+yaml",
+            reason="UnsupportedMediaType",
+        )
+    return _PATCHERS[patch_type]
 
 
 def _patch_type(content_type: str) -> PatchType:
