@@ -142,3 +142,25 @@ async def test_a_claim_status_write_that_loses_a_race_is_built_again(
     assert updated["status"]["phase"] == "Bound"
     assert len(seen) == 2  # the stale build, then one from the fresh read
     assert seen[0] == claim["metadata"]["resourceVersion"] != seen[1]
+
+
+async def test_retry_on_conflict_gives_up_when_gone_or_after_its_attempts() -> None:
+    body = {"metadata": {"name": "cm", "resourceVersion": "1"}}
+    lost = kube.StaleWriteError("lost", status=409, reason="Conflict")
+    tries: list[str] = []
+
+    async def always_stale(current: kube.Body) -> None:
+        tries.append(current["metadata"]["resourceVersion"])
+        raise lost
+
+    async def fresh() -> kube.Body:
+        return {"metadata": {"name": "cm", "resourceVersion": str(len(tries) + 1)}}
+
+    async def gone() -> None:
+        return None
+
+    with pytest.raises(kube.StaleWriteError):
+        await kube.retry_on_conflict(always_stale, body, read=fresh)
+    assert tries == ["1", "2", "3", "4", "5"]  # each attempt decides from a fresh read
+    with pytest.raises(kube.NotFoundError):
+        await kube.retry_on_conflict(always_stale, body, read=gone)

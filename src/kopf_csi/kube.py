@@ -19,8 +19,8 @@ import platform
 import sys
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Literal, TypeVar
 
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
@@ -56,6 +56,7 @@ __all__ = [
     "StaleWriteError",
     "decode_secret_data",
     "login",
+    "retry_on_conflict",
     "user_agent",
 ]
 
@@ -159,6 +160,38 @@ class StaleWriteError(ConflictError):
 STALE_WRITE_ATTEMPTS = 5
 """Guarded writes tried per operation before a lost race goes back to the work queue
 (client-go's `retry.RetryOnConflict` tries 5 times too)."""
+
+_T = TypeVar("_T")
+
+
+async def retry_on_conflict(
+    write: Callable[[Mapping[str, Any]], Awaitable[_T]],
+    obj: Mapping[str, Any],
+    *,
+    read: Callable[[], Awaitable[Mapping[str, Any] | None]],
+    attempts: int = STALE_WRITE_ATTEMPTS,
+) -> _T:
+    """`write(obj)`; when it loses a race (`StaleWriteError`), `read()` and write again.
+
+    client-go's `retry.RetryOnConflict`, the one place every role's guarded writes go
+    through: `write` decides from the object it is given (and may write nothing), so a retry
+    decides again from the fresh copy, at once and quietly. `NotFoundError` when the object
+    is gone (from `write`, or `read` answering None); the last `StaleWriteError` when every
+    attempt lost.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return await write(obj)
+        except StaleWriteError:
+            if attempt >= attempts:
+                raise
+        fresh = await read()
+        if fresh is None:
+            name = (obj.get("metadata") or {}).get("name")
+            raise NotFoundError(f'"{name}" not found: deleted meanwhile', status=404)
+        obj = fresh
+    raise AssertionError("attempts must be at least 1")
+
 
 DEFAULT_MANAGER = "kopf-csi"
 """The field manager of writes that belong to no sidecar role (the sandbox, tools)."""

@@ -337,23 +337,23 @@ class Attacher:
         when the object is gone; the last StaleWriteError if every attempt lost.
         """
         name = obj["metadata"]["name"]
-        for attempt in range(1, kube.STALE_WRITE_ATTEMPTS + 1):
-            patch = plan(obj)
+
+        async def write(current: Body) -> Body | None:
+            patch = plan(current)
             if patch is None:
                 return None
-            try:
-                return await self.api.patch(resource, name, patch, patch_type="json")
-            except kube.StaleWriteError as exc:
-                if attempt == kube.STALE_WRITE_ATTEMPTS:
-                    raise
-                log.debug("stale_read", obj=obj, error=str(exc))
+            return await self.api.patch(resource, name, patch, patch_type="json")
+
+        async def read() -> Body | None:
+            log.debug("stale_read", obj=obj)
             fresh = await self.api.get(resource, name)
             if fresh is None:
                 cache.remove(obj)
-                raise kube.NotFoundError(f'{resource.plural} "{name}" not found', status=404)
-            cache.store(fresh)
-            obj = fresh
-        return None  # not reached: the last attempt returns or raises
+            else:
+                cache.store(fresh)
+            return fresh
+
+        return await kube.retry_on_conflict(write, obj, read=read)
 
     # -- reconciliation ------------------------------------------------------------------------
 

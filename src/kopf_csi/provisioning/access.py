@@ -133,20 +133,19 @@ async def update_finalizers(
     object as written (or as last read, if nothing needed changing), or None once it is gone.
     Raises `kube.StaleWriteError` only if every attempt lost its race.
     """
-    current: Body | None = obj
-    attempt = 1
-    while current is not None:
+    metadata = meta(obj)
+
+    async def write(current: Body) -> Body:
         finalizers = change(current)
         if finalizers is None:
             return current
-        try:
-            return await replace_finalizers(api, resource, current, finalizers)
-        except kube.NotFoundError:
-            return None
-        except kube.StaleWriteError as exc:
-            if attempt >= kube.STALE_WRITE_ATTEMPTS:
-                raise
-            attempt += 1
-            log.debug("finalizer_write_raced", obj=meta(current).get("name"), error=str(exc))
-            current = await api.get(resource, meta(current)["name"], meta(current).get("namespace"))
-    return None
+        return await replace_finalizers(api, resource, current, finalizers)
+
+    async def read() -> Body | None:
+        log.debug("finalizer_write_raced", obj=metadata.get("name"))
+        return await api.get(resource, metadata["name"], metadata.get("namespace"))
+
+    try:
+        return await kube.retry_on_conflict(write, obj, read=read)
+    except kube.NotFoundError:
+        return None

@@ -32,15 +32,12 @@ async def patch_claim_status(
     """
     meta = claim["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    for attempt in range(1, kube.STALE_WRITE_ATTEMPTS + 1):
-        try:
-            return await api.patch(kube.CLAIMS, name, build(claim), namespace, subresource="status")
-        except kube.StaleWriteError as exc:
-            if attempt == kube.STALE_WRITE_ATTEMPTS:
-                raise
-            log.debug("claim_status_raced", error=str(exc))
-        fresh = await api.get(kube.CLAIMS, name, namespace)
-        if fresh is None:
-            raise kube.NotFoundError(f'persistentvolumeclaims "{name}" not found', status=404)
-        claim = fresh
-    raise AssertionError("not reached: the last attempt returns or raises")  # pragma: no cover
+
+    async def write(current: Body) -> Body:
+        return await api.patch(kube.CLAIMS, name, build(current), namespace, subresource="status")
+
+    async def read() -> Body | None:
+        log.debug("claim_status_raced", claim=f"{namespace}/{name}")
+        return await api.get(kube.CLAIMS, name, namespace)
+
+    return await kube.retry_on_conflict(write, claim, read=read)

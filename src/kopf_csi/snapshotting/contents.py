@@ -347,36 +347,35 @@ class ContentController(abc.ABC):
         patch computed again, at once and quietly.
         """
         name = str(content["metadata"]["name"])
-        policy = (content.get("spec") or {}).get("deletionPolicy")
-        for attempt in range(1, kube.STALE_WRITE_ATTEMPTS + 1):
-            patch = decisions.release_patch(content, finalizer=self.finalizer)
+        released = False
+
+        async def write(current: Body) -> Body:
+            nonlocal released
+            patch = decisions.release_patch(current, finalizer=self.finalizer)
             if patch is None:
-                return DONE
-            try:
-                updated = await self.api.patch(self.resource, name, patch, patch_type="json")
-            except kube.NotFoundError:
-                return DONE
-            except kube.KubeError as exc:
-                last = attempt == kube.STALE_WRITE_ATTEMPTS
-                if not isinstance(exc, kube.StaleWriteError) or last:
-                    error = controller_update_error(name, exc.message)
-                    log.warning("content_not_released", error=error)
-                    return RETRY
-                log.debug("content_release_raced", error=str(exc))
-            else:
-                self.contents.store(updated)
-                log.info("content_released", policy=policy)
-                return DONE
-            try:
-                fresh = await self.api.get(self.resource, name)
-            except kube.KubeError as exc:
-                log.warning("content_not_released", error=str(exc))
-                return RETRY
-            if fresh is None:
-                return DONE
-            self.contents.store(fresh)
-            content = fresh
-        return RETRY  # not reached: the last attempt returns
+                return current
+            updated = await self.api.patch(self.resource, name, patch, patch_type="json")
+            self.contents.store(updated)
+            released = True
+            return updated
+
+        async def read() -> Body | None:
+            log.debug("content_release_raced", content=name)
+            fresh = await self.api.get(self.resource, name)
+            if fresh is not None:
+                self.contents.store(fresh)
+            return fresh
+
+        try:
+            await kube.retry_on_conflict(write, content, read=read)
+        except kube.NotFoundError:
+            return DONE
+        except kube.KubeError as exc:
+            log.warning("content_not_released", error=controller_update_error(name, exc.message))
+            return RETRY
+        if released:
+            log.info("content_released", policy=(content.get("spec") or {}).get("deletionPolicy"))
+        return DONE
 
     async def _save_error(self, content: Body, reason: str, message: str) -> None:
         """`update*ErrorStatusWithEvent`: the error into the status, and an event, once per

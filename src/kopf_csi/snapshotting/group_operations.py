@@ -39,7 +39,6 @@ __all__ = ["GroupSnapshotter"]
 
 log = structlog.get_logger("kopf_csi.snapshotter")
 Body = Mapping[str, Any]
-CONFLICT_RETRIES = 5
 """Status writes lost to a concurrent writer, re-read and retried at once, before giving up."""
 
 
@@ -312,8 +311,9 @@ class GroupSnapshotter(ContentController):
         someone wrote first: read again and retry at once, quietly (the driver's answer is in
         hand; failing here would call the driver again for work that already succeeded).
         """
-        for _ in range(CONFLICT_RETRIES):
-            fresh = await self._read(content)
+        name = str(content["metadata"]["name"])
+
+        async def write(fresh: Body) -> Body:
             status = groups.updated_status(
                 fresh.get("status"),
                 handle=handle or answer.group_snapshot_id,
@@ -328,22 +328,22 @@ class GroupSnapshotter(ContentController):
                 {"op": "test", "path": "/metadata/resourceVersion", "value": version},
                 {"op": "add", "path": "/status", "value": status},
             ]
-            name = str(fresh["metadata"]["name"])
-            try:
-                updated = await self.api.patch(
-                    self.resource, name, patch, patch_type="json", subresource="status"
-                )
-            except kube.KubeError as exc:
-                if exc.status in (409, 422):
-                    log.info("group_status_conflict", error=exc.message)
-                    continue
-                raise SnapshotError(
-                    controller_update_error(name, exc.message), content=fresh
-                ) from None
+            updated = await self.api.patch(
+                self.resource, name, patch, patch_type="json", subresource="status"
+            )
             self.contents.store(updated)
             return updated
-        name = str(content["metadata"]["name"])
-        raise SnapshotError(controller_update_error(name, "conflicts kept coming"), content=content)
+
+        async def read() -> Body:
+            log.debug("group_status_raced", content=name)
+            return await self._read(content)
+
+        try:
+            return await kube.retry_on_conflict(write, await self._read(content), read=read)
+        except kube.KubeError as exc:
+            raise SnapshotError(
+                controller_update_error(name, exc.message), content=content
+            ) from None
 
     async def _read(self, content: Body) -> Body:
         name = str(content["metadata"]["name"])
