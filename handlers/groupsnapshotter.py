@@ -49,10 +49,11 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         log.info("group_snapshotter_off", reason=reason)
         return
     component = names.SNAPSHOTTER_EVENT_COMPONENT.format(driver=memo.driver.name)
+    api = memo.api.as_manager(names.MANAGER_SNAPSHOTTER)  # csi-snapshotter writes them in Go
     snapshotter = GroupSnapshotter(
         csi_client=memo.csi,
-        api=memo.api,
-        recorder=events.Recorder(memo.api, component=component),
+        api=api,
+        recorder=events.Recorder(api, component=component),
         driver=memo.driver,
         options=options,
     )
@@ -63,8 +64,9 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         classes=kube.GROUP_SNAPSHOT_CLASSES,
     )
     if queue is None:
+        # Many clusters have no group snapshot CRDs: idle, said at info (a clean start-up log).
         reason = "the groupsnapshot.storage.k8s.io/v1 API is not served"
-        log.warning("group_snapshotter_off", reason=reason)
+        log.info("group_snapshotter_off", reason=reason, hint="install the CRDs, then restart")
         return
     memo.group_snapshotter, memo.group_snapshotter_queue = snapshotter, queue
     log.info("group_snapshotter_started", contents=len(snapshotter.contents))

@@ -71,6 +71,21 @@ async def test_capabilities_follow_the_service(
         await driver.stop(grace=0.1)
 
 
+async def test_a_failing_group_capabilities_call_leaves_only_the_groups_out(
+    driver: Driver, client: CSIClient
+) -> None:
+    """The other roles need the driver's info: one broken group answer must not stop them."""
+    driver.faults.fail("GroupControllerGetCapabilities", Code.UNIMPLEMENTED, times=1)
+    with structlog.testing.capture_logs() as logs:
+        info = await client.driver_info()
+    assert "CREATE_DELETE_VOLUME" in info.controller_capabilities
+    assert "GROUP_CONTROLLER_SERVICE" in info.plugin_capabilities
+    assert not info.group_controller_capabilities
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "group_capabilities_unavailable"
+    ]
+
+
 async def test_group_snapshots_round_trip(driver: Driver, client: CSIClient) -> None:
     info = await client.driver_info()
     assert info.has_group_controller("CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT")

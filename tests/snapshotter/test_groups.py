@@ -45,6 +45,7 @@ from kopf_csi.testing.groupsnapshots import GroupSnapshotController, group_conte
 from kopf_csi.testing.operator import OperatorThread, running_operator
 from kopf_csi.testing.spies import Calls, SecretsSeen
 
+from ..conftest import field_managers
 from ..provisioner.conftest import events_for, settled, wait_for_event, wait_for_gone
 from .conftest import FAST, NAMESPACE, make_claim, make_secret, source_claim, until, wait_for_bound
 
@@ -173,6 +174,7 @@ async def test_group_is_created_restored_from_and_deleted(
     assert record.parameters == {"tier": "gold"}
     assert ("CreateVolumeGroupSnapshot", {"token": "g-s3cr3t"}) in secrets_seen
     assert status["volumeGroupSnapshotHandle"] == record.group_snapshot_id
+    assert ("csi-snapshotter", "status") in field_managers(found)  # as the Go sidecar
     assert status["readyToUse"] is True
     assert isinstance(status["creationTime"], str)
     assert status["creationTime"].endswith("Z")

@@ -171,8 +171,14 @@ class CSIClient:
                 controller = {c.rpc.type.name for c in answer.capabilities if c.rpc is not None}
             group: set[str] = set()
             if "GROUP_CONTROLLER_SERVICE" in services:
-                groups = await self.group_controller_get_capabilities()
-                group = {c.rpc.type.name for c in groups.capabilities if c.rpc is not None}
+                try:
+                    groups = await self.group_controller_get_capabilities()
+                except CSIError as exc:
+                    # Only the group snapshotter needs these: a driver that advertises the
+                    # service but fails to describe it leaves that one idle, not every role.
+                    logger.warning("group_capabilities_unavailable", error=str(exc))
+                else:
+                    group = {c.rpc.type.name for c in groups.capabilities if c.rpc is not None}
             self._info = DriverInfo(
                 name=info.name,
                 vendor_version=info.vendor_version,
