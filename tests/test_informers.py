@@ -19,10 +19,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import structlog
 
 from kopf_csi import kube, modules, runtime
 from kopf_csi.informers import Informer
 from kopf_csi.testing.emulator import EmulatedCluster
+
+from .conftest import until
 
 PVCS = "persistentvolumeclaims"
 
@@ -61,6 +64,11 @@ class Seen:
                 await self.changed.wait()
 
 
+async def watches(cluster: EmulatedCluster, count: int) -> None:
+    """Wait until the informer has sent `count` watch requests (however busy the machine)."""
+    await until(lambda: cluster.requests.count(verb="watch", resource=PVCS) >= count, timeout=20)
+
+
 async def test_lists_then_streams_every_change_once_across_watch_requests(
     cluster: EmulatedCluster, api: kube.KubeClient
 ) -> None:
@@ -73,11 +81,11 @@ async def test_lists_then_streams_every_change_once_across_watch_requests(
         assert informer.synced.is_set()
         cluster.patch(PVCS, "default", "old", {"metadata": {"labels": {"step": "1"}}})
         await recorder.until(2)
-        await asyncio.sleep(1.2)  # the watch request ended and was resumed
+        await watches(cluster, 2)  # the first watch request ended and was resumed
         cluster.create(PVCS, claim("new"), namespace="default")
         cluster.delete(PVCS, "default", "old")
         await recorder.until(4)
-        await asyncio.sleep(1.2)
+        await watches(cluster, cluster.requests.count(verb="watch", resource=PVCS) + 1)
     finally:
         await informer.stop()
     assert recorder.events == [
@@ -102,13 +110,13 @@ async def test_a_watch_too_old_lists_again_and_reports_the_gaps_deletions(
             original = informer._follow
             paused = asyncio.Event()
 
-            async def follow(version: str) -> str:
+            async def follow() -> None:
                 if not paused.is_set():
                     paused.set()
                     small.delete(PVCS, "default", "gone")
                     for step in "123":  # three changes: the listed version falls out
                         small.patch(PVCS, "default", "kept", {"metadata": {"labels": {"s": step}}})
-                return await original(version)
+                await original()
 
             informer._follow = follow  # type: ignore[method-assign]
             informer.start()
@@ -118,6 +126,57 @@ async def test_a_watch_too_old_lists_again_and_reports_the_gaps_deletions(
                 await informer.stop()
     assert recorder.events[:2] == [("ADDED", "gone", None), ("ADDED", "kept", None)]
     assert recorder.events[2:] == [("ADDED", "kept", None), ("DELETED", "gone", None)]
+
+
+async def test_a_watch_cut_mid_stream_resumes_where_it_broke_off(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    """A real server's watch may break off between two events: nothing repeated, no relist."""
+    cluster.create(PVCS, claim("a"), namespace="default")
+    cluster.faults.cut_watch(PVCS, after=2)  # the first watch: two events, then dropped
+    recorder = Seen()
+    informer = Informer(api, kube.CLAIMS, recorder)
+    informer.start()
+    try:
+        await recorder.until(1)
+        await watches(cluster, 1)
+        for step in "123":
+            cluster.patch(PVCS, "default", "a", {"metadata": {"labels": {"step": step}}})
+        await recorder.until(4)
+        await watches(cluster, 2)
+    finally:
+        await informer.stop()
+    assert recorder.events == [
+        ("ADDED", "a", None),
+        ("MODIFIED", "a", "1"),
+        ("MODIFIED", "a", "2"),
+        ("MODIFIED", "a", "3"),
+    ]
+    assert cluster.requests.count(verb="list", resource=PVCS) == 1  # resumed, not relisted
+    assert not cluster.faults  # the cut happened
+
+
+async def test_a_failing_listener_is_logged_and_the_watch_goes_on(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    recorder = Seen()
+    broken = [True]
+
+    async def listener(type_: str, obj: dict[str, Any]) -> None:
+        if broken.pop() if broken else False:
+            raise RuntimeError("a bug in a controller's listener")
+        await recorder(type_, obj)
+
+    informer = Informer(api, kube.CLAIMS, listener)
+    with structlog.testing.capture_logs() as logs:
+        informer.start()
+        try:
+            cluster.create(PVCS, claim("a"), namespace="default")
+            await recorder.until(1)
+        finally:
+            await informer.stop()
+    assert recorder.events[-1] == ("ADDED", "a", None)
+    assert "informer_listener_failed" in [entry["event"] for entry in logs]
 
 
 async def test_an_api_error_is_retried(

@@ -56,6 +56,7 @@ class Informer:
         self.timeout = timeout
         self.synced = asyncio.Event()  # the first LIST has been passed on
         self._known: set[str] = set()  # the keys of the objects that exist, as far as we know
+        self._version: str | None = None  # the last resourceVersion passed on; None: relist
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -68,22 +69,26 @@ class Informer:
                 await self._task
 
     async def run(self) -> None:
-        version: str | None = None
+        """Forever: a watch that breaks off (even mid-stream) resumes from the last event
+        passed on, never from where it started; only a 410 lists again."""
         delay = RETRY_FIRST
         while True:
             try:
-                if version is None:
-                    version = await self._relist()
+                if self._version is None:
+                    self._version = await self._relist()
                     self.synced.set()
-                version = await self._follow(version)
+                await self._follow()
                 delay = RETRY_FIRST
             except kube.KubeError as exc:
                 if exc.status == 410:  # too old: list again (the gap's deletions come out)
                     log.debug("watch_expired", resource=self.resource.plural, error=str(exc))
-                    version = None
+                    self._version = None
                     continue
                 delay = await self._backoff(exc, delay)
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                delay = await self._backoff(exc, delay)
+            except Exception as exc:  # a bug in a listener: say so, never stop watching
+                log.exception("informer_listener_failed", resource=self.resource.plural)
                 delay = await self._backoff(exc, delay)
 
     async def _backoff(self, exc: Exception, delay: float) -> float:
@@ -96,7 +101,11 @@ class Informer:
     async def _relist(self) -> str:
         versions: list[str] = []
         listed: set[str] = set()
+        restarts = 0
         async for page in self.api.pages(self.resource, versions=versions):
+            if len(versions) > restarts + 1:  # the pager started over (an expired token)
+                restarts = len(versions) - 1
+                listed.clear()
             for obj in page:
                 listed.add(object_key(obj))
                 await self._deliver("ADDED", obj)
@@ -104,19 +113,19 @@ class Informer:
             namespace, _, name = key.rpartition("/")
             await self._deliver("DELETED", self._stub(namespace, name))
         self._known = listed
-        return versions[0] if versions else ""
+        return versions[-1] if versions else ""  # the snapshot the last (complete) pass showed
 
-    async def _follow(self, version: str) -> str:
-        """One watch request, to its end; the resourceVersion to resume from."""
+    async def _follow(self) -> None:
+        """One watch request, to its end, from `_version`, which follows every event."""
         async for event in self.api.watch(
-            self.resource, resource_version=version, timeout=self.timeout
+            self.resource, resource_version=self._version or "", timeout=self.timeout
         ):
             obj = event.get("object") or {}
             seen = (obj.get("metadata") or {}).get("resourceVersion")
             if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                 await self._deliver(str(event["type"]), obj)
-            version = str(seen or version)
-        return version
+            if seen:
+                self._version = str(seen)
 
     async def _deliver(self, type_: str, obj: dict[str, Any]) -> None:
         if type_ == "DELETED":

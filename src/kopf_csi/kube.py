@@ -461,8 +461,7 @@ class KubeClient:
                 pending += chunk
                 if b"\n" not in chunk:
                     continue
-                *lines, rest = bytes(pending).split(b"\n")
-                pending = bytearray(rest)
+                *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if not line.strip():
                         continue

@@ -96,22 +96,7 @@ async def test_run_provisions_a_claim_and_stops_on_sigterm(
         "--volume-name-prefix=vol", "-m", str(module), env=env, cwd=tmp_path,
     )  # fmt: skip
     try:
-        cluster.create(
-            "persistentvolumeclaims",
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": "data", "namespace": "default"},
-             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
-                      "resources": {"requests": {"storage": "1Mi"}}}},
-            namespace="default",
-        )  # fmt: skip
-
-        def bound() -> str:
-            assert process.returncode is None, "kopf-csi run exited early"
-            claim = cluster.get("persistentvolumeclaims", "default", "data") or {}
-            phase = claim.get("status", {}).get("phase")
-            return str(claim["spec"].get("volumeName", "")) if phase == "Bound" else ""
-
-        volume = await until(bound, timeout=30)
+        volume = await _bound_claim(cluster, process, storage_class="fast")
         assert volume.startswith("vol-")
         assert len(driver.state.volumes) == 1
         assert mark.read_text() == '{"timeout": 90.0, "attacher_timeout": 90.0, "workers": 7}'
@@ -222,23 +207,35 @@ async def test_run_without_a_csi_driver_serves_a_provisioner_module(
         "run", "--no-csi", "--node-name=node-1", "-m", str(example), env=env, cwd=ROOT
     )
     try:
-        cluster.create(
-            "persistentvolumeclaims",
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": "data", "namespace": "default"},
-             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "dirs",
-                      "resources": {"requests": {"storage": "1Mi"}}}},
-            namespace="default",
-        )  # fmt: skip
-
-        def bound() -> str:
-            assert process.returncode is None, "kopf-csi run exited early"
-            claim = cluster.get("persistentvolumeclaims", "default", "data") or {}
-            phase = claim.get("status", {}).get("phase")
-            return str(claim["spec"].get("volumeName", "")) if phase == "Bound" else ""
-
-        volume = await until(bound, timeout=30)
+        volume = await _bound_claim(cluster, process, storage_class="dirs")
         assert [p.name for p in base.iterdir()] == [volume]
+        # And back: the released PV is deleted through the provisioner, directory and all.
+        cluster.delete("persistentvolumeclaims", "default", "data")
+        await until(lambda: cluster.get("persistentvolumes", None, volume) is None, timeout=30)
+        assert list(base.iterdir()) == []
     finally:
         log = await stopped_cleanly(process)
     assert '"event": "started_without_driver"' in log
+
+
+async def _bound_claim(
+    cluster: EmulatedCluster, process: asyncio.subprocess.Process, *, storage_class: str
+) -> str:
+    """Create the claim `default/data` and wait until it is Bound; its volume's name."""
+    cluster.create(
+        "persistentvolumeclaims",
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": {"name": "data", "namespace": "default"},
+         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class,
+                  "resources": {"requests": {"storage": "1Mi"}}}},
+        namespace="default",
+    )  # fmt: skip
+
+    def bound() -> str:
+        assert process.returncode is None, "kopf-csi run exited early"
+        claim = cluster.get("persistentvolumeclaims", "default", "data") or {}
+        phase = claim.get("status", {}).get("phase")
+        return str(claim["spec"].get("volumeName", "")) if phase == "Bound" else ""
+
+    volume: str = await until(bound, timeout=30)
+    return volume

@@ -332,6 +332,21 @@ class Faults:
 
     def __init__(self) -> None:
         self._faults: list[Fault] = []
+        self._cuts: list[list[Any]] = []  # [plural, events sent before the cut, times left]
+
+    def cut_watch(self, resource: str, *, after: int = 1, times: int = 1) -> None:
+        """The next watch of `resource` breaks off after `after` events, the connection
+        dropped mid-stream (a server restart, a load balancer's idle cut, a GOAWAY)."""
+        self._cuts.append([resource, after, times])
+
+    def take_cut(self, plural: str) -> int | None:
+        for cut in self._cuts:
+            if cut[0] == plural:
+                cut[2] -= 1
+                if cut[2] <= 0:
+                    self._cuts.remove(cut)
+                return int(cut[1])
+        return None
 
     def add(
         self,
@@ -368,7 +383,7 @@ class Faults:
         self._faults.clear()
 
     def __len__(self) -> int:
-        return len(self._faults)
+        return len(self._faults) + len(self._cuts)
 
     def take(
         self, *, verb: str, plural: str, name: str | None, subresource: str | None = None
@@ -1074,7 +1089,10 @@ class EmulatedCluster:
             return response
         try:
             await response.prepare(request)
-            await self._stream(watch, response, kind, duration=timeout, bookmarks=bookmarks)
+            await self._stream(
+                watch, response, kind, duration=timeout, bookmarks=bookmarks,
+                cut_after=self.faults.take_cut(kind.plural), transport=request.transport,
+            )  # fmt: skip
         except ConnectionError:
             pass  # the client went away
         finally:
@@ -1089,8 +1107,11 @@ class EmulatedCluster:
         *,
         duration: float | None,
         bookmarks: bool,
+        cut_after: int | None = None,
+        transport: asyncio.Transport | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
+        sent = 0
         deadline = None if duration is None else loop.time() + duration
         while True:
             wait = self.bookmark_interval if bookmarks else None
@@ -1107,6 +1128,12 @@ class EmulatedCluster:
                 continue
             while lines[-1] and not watch.queue.empty():
                 lines.append(watch.queue.get_nowait())
+            if cut_after is not None and sent + len(lines) >= cut_after:
+                await response.write(b"".join(lines[: cut_after - sent]))
+                if transport is not None:
+                    transport.abort()  # mid-stream: no end of the chunked body
+                raise ConnectionResetError("watch cut by a fault")
+            sent += len(lines)
             await response.write(b"".join(lines))
             if not lines[-1]:
                 break  # closed by the cluster

@@ -236,8 +236,7 @@ class GroupSnapshotController(SnapshotController):
                 "driver": group_class.get("driver"),
             },
         }
-        created = self.cluster.create("volumegroupsnapshotcontents", body)
-        return self._put("volumegroupsnapshotcontents", created)
+        return self._create("volumegroupsnapshotcontents", body)
 
     def _make_members(self, group: Body, content: Body) -> None:
         """`createSnapshotsForGroupSnapshotContent`: a snapshot and content per member."""
@@ -284,7 +283,7 @@ class GroupSnapshotController(SnapshotController):
             },
             "spec": {"source": {"volumeSnapshotContentName": content}},
         }
-        return self._put("volumesnapshots", self.cluster.create("volumesnapshots", body))
+        return self._create("volumesnapshots", body)
 
     def _create_member_content(
         self,
@@ -315,9 +314,7 @@ class GroupSnapshotController(SnapshotController):
                 "sourceVolumeMode": _spec(volume).get("volumeMode") or "Filesystem",
             },
         }
-        created = self._put(
-            "volumesnapshotcontents", self.cluster.create("volumesnapshotcontents", body)
-        )
+        created = self._create("volumesnapshotcontents", body)
         status = {"status": {"volumeGroupSnapshotHandle": handle}}
         self._patch("volumesnapshotcontents", created, status, status=True)
 
@@ -333,7 +330,7 @@ class GroupSnapshotController(SnapshotController):
             member = labels.get(names.LABEL_GROUP_SNAPSHOT_NAME) == meta["name"]
             deleting = bool(_meta(snapshot).get("deletionTimestamp"))
             if namespace == meta["namespace"] and member and not deleting:
-                self.cluster.delete("volumesnapshots", namespace, name)
+                self.cluster.delete("volumesnapshots", namespace, name, manager=self.manager)
         content = self._get("volumegroupsnapshotcontents", group_content_name(group))
         if content is not None:
             annotations = _meta(content).get("annotations") or {}
@@ -344,7 +341,12 @@ class GroupSnapshotController(SnapshotController):
                 content = self._patch("volumegroupsnapshotcontents", content, patch)
             if _spec(content).get("deletionPolicy") == "Delete":
                 if not _meta(content).get("deletionTimestamp"):
-                    self.cluster.delete("volumegroupsnapshotcontents", None, _meta(content)["name"])
+                    self.cluster.delete(
+                        "volumegroupsnapshotcontents",
+                        None,
+                        _meta(content)["name"],
+                        manager=self.manager,
+                    )
                 return  # the group stays until its content is gone
         remaining = [f for f in finalizers if f != names.FINALIZER_GROUP_SNAPSHOT_BOUND]
         self._patch("volumegroupsnapshots", group, {"metadata": {"finalizers": remaining}})

@@ -226,7 +226,9 @@ class SnapshotController(StandIn):
                 content = self._patch("volumesnapshotcontents", content, patch)
             if _spec(content).get("deletionPolicy") == "Delete":
                 if not _meta(content).get("deletionTimestamp"):
-                    self.cluster.delete("volumesnapshotcontents", None, _meta(content)["name"])
+                    self.cluster.delete(
+                        "volumesnapshotcontents", None, _meta(content)["name"], manager=self.manager
+                    )
                 return  # the snapshot stays until its content is gone
         if self._restoring_from(snapshot):
             return  # a claim is still being made from it
