@@ -67,10 +67,7 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         await client.close()
         raise kopf.PermanentError(f"cannot start without the CSI driver: {exc}") from exc
     memo.csi = client
-    memo.stoppers = []  # controllers' shutdown coroutines, run before the clients close
-    memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
-    if getattr(memo, "health_checks", None) is None:
-        memo.health_checks = {}  # name → () -> (ok, detail): served by the HTTP health endpoint
+    api = await _connect_api(memo, config)
     try:
         # `--leader-election`: a standby replica waits here, healthy, until it holds the
         # Leases of all its controllers; nothing below (nor any watch) runs before that.
@@ -98,13 +95,21 @@ async def _connect_without_driver(memo: kopf.Memo, config: Settings) -> None:
     """`--no-csi`: the API and the caches only. Each registered provisioner back end holds its
     own Lease (`handlers.provisioner`); the CSI controllers find no driver and stay idle."""
     memo.csi = memo.recorder = memo.leadership = None
+    api = await _connect_api(memo, config)
+    await _start_caches(memo, api, config)
+    memo.without_driver = True
+    log.info("started_without_driver")
+
+
+async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
+    """`memo.api`, with the places the controllers register into: `memo.stoppers` (shutdown
+    coroutines, run before the clients close) and `memo.health_checks` (name → () -> (ok,
+    detail), served by the HTTP health endpoint)."""
     memo.stoppers = []
     memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
     if getattr(memo, "health_checks", None) is None:
         memo.health_checks = {}
-    await _start_caches(memo, api, config)
-    memo.without_driver = True
-    log.info("started_without_driver")
+    return api
 
 
 async def _start_caches(memo: kopf.Memo, api: kube.KubeClient, config: Settings) -> None:

@@ -298,3 +298,28 @@ async def test_sanity_delete(driver: Driver, groups: csi.GroupControllerStub) ->
     await groups.delete_volume_group_snapshot(
         csi.DeleteVolumeGroupSnapshotRequest(group_snapshot_id="fake-volume-id")
     )
+
+
+async def test_a_failure_mid_create_leaves_no_member_data_behind(
+    driver: Driver,
+    controller: csi.ControllerStub,
+    groups: csi.GroupControllerStub,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = await two_volumes(driver, controller)
+    storage = driver.backend.storage
+    cut = storage.snapshot_volume
+
+    def second_fails(volume_id: str, snapshot_id: str, *, block: bool) -> None:
+        if volume_id == b:
+            raise OSError("disk full")
+        cut(volume_id, snapshot_id, block=block)
+
+    monkeypatch.setattr(storage, "snapshot_volume", second_fails)
+    before = set(storage.snapshots_dir.iterdir()) if storage.snapshots_dir.exists() else set()
+    with raises(Code.UNKNOWN):  # an unexpected error: grpclib's "Internal Server Error"
+        await group_of(groups, "group-1", a, b)
+    after = set(storage.snapshots_dir.iterdir()) if storage.snapshots_dir.exists() else set()
+    assert after == before  # the first member's copy went with the failure
+    assert not driver.state.snapshots
+    assert not driver.state.groups

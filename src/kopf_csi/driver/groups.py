@@ -103,13 +103,20 @@ async def create_group_snapshot(
             )
             for volume in volumes
         ]
-        for member in members:
-            await asyncio.to_thread(
-                backend.storage.snapshot_volume,
-                member.source_volume_id,
-                member.snapshot_id,
-                block=member.block,
-            )
+        cut: list[str] = []
+        try:
+            for member in members:
+                await asyncio.to_thread(
+                    backend.storage.snapshot_volume,
+                    member.source_volume_id,
+                    member.snapshot_id,
+                    block=member.block,
+                )
+                cut.append(member.snapshot_id)
+        except BaseException:
+            for snapshot_id in cut:  # no record names them yet: nothing else would clean up
+                backend.storage.remove_snapshot(snapshot_id)
+            raise
         for member in members:
             backend.state.save_snapshot(member)
         group = GroupSnapshot(
