@@ -29,6 +29,8 @@ log = structlog.get_logger("kopf_csi.lifecycle")
 
 RESYNC_FIRST_DELAY = 30.0
 """Seconds from the start to the first cache resync (kopf's watches are up by then)."""
+EVENTS_FLUSH_TIMEOUT = 5.0
+"""Seconds a stop waits for queued events to be posted before the API client closes."""
 
 
 @kopf.on.login(id="lifecycle.login")
@@ -204,6 +206,7 @@ async def disconnect(memo: kopf.Memo, **_: Any) -> None:
     client = getattr(memo, "csi", None)
     if client is not None:
         await client.close()
+    await events.flush_all(timeout=EVENTS_FLUSH_TIMEOUT)  # the events still queued go out
     api = getattr(memo, "api", None)
     if api is not None:
         await api.close()

@@ -3,7 +3,10 @@
 We test these aspects:
 - an event is posted with the object reference, type, reason, message and source;
 - the same event again within the window bumps `count` on the first one instead of a new one;
-- an API that refuses events is logged, never raised, and the next post works again.
+- an API that refuses events is logged, never raised, and the next post works again;
+- `post` does not wait for the API: events go out in the background, one at a time, in the
+  order they were posted, and `flush_all` posts what is queued (before the API closes);
+- beyond `MAX_QUEUED` waiting events, more are dropped with a warning, not held in memory.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+import pytest
 import structlog
 
 from kopf_csi import events, kube
@@ -29,6 +33,7 @@ async def test_repeats_are_aggregated(cluster: EmulatedCluster, kubeconfig: path
         for _ in range(3):
             await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
         await recorder.post(CLAIM, type_=events.NORMAL, reason="Other", message="m")
+        await recorder.flush()
     posted = {e["reason"]: e for e in cluster.objects("events", namespace="default")}
     assert set(posted) == {"R", "Other"}
     assert posted["R"]["count"] == 3
@@ -47,10 +52,12 @@ async def test_a_refused_event_is_logged_not_raised(
         fault = cluster.faults.add(503, verb="create", resource="events", times=1)
         with structlog.testing.capture_logs() as logs:
             await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
+            await recorder.flush()
         assert [e["event"] for e in logs] == ["event_not_posted"]
         assert cluster.objects("events", namespace="default") == []
         cluster.faults.remove(fault)
         await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
+        await recorder.flush()
     [posted] = cluster.objects("events", namespace="default")
     assert posted["count"] == 1
 
@@ -65,4 +72,39 @@ async def test_an_unreachable_api_loses_the_event_only(
         recorder = events.Recorder(api, component="test")
         with structlog.testing.capture_logs() as logs:
             await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
+            await events.flush_all(timeout=10)
     assert [e["event"] for e in logs] == ["event_not_posted"]
+
+
+async def test_posting_does_not_wait_and_keeps_the_order(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    """An operation goes on while its event is sent; the events arrive in the order posted."""
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        for n in range(5):
+            await recorder.post(CLAIM, type_=events.NORMAL, reason=f"R{n}", message="m")
+        # Each `post` returned before its POST was even sent: nothing has reached the API.
+        assert cluster.objects("events", namespace="default") == []
+        await events.flush_all(timeout=10)
+    posted = sorted(
+        cluster.objects("events", namespace="default"),
+        key=lambda e: int(e["metadata"]["resourceVersion"]),
+    )
+    assert [e["reason"] for e in posted] == ["R0", "R1", "R2", "R3", "R4"]
+
+
+async def test_a_full_queue_drops_events_with_a_warning(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events, "MAX_QUEUED", 3)
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        with structlog.testing.capture_logs() as logs:
+            for n in range(5):  # the sender has not run yet: all five wait at once
+                await recorder.post(CLAIM, type_=events.NORMAL, reason=f"R{n}", message="m")
+            await recorder.flush()
+    assert [e["event"] for e in logs] == ["event_dropped", "event_dropped"]
+    assert {e["reason"] for e in cluster.objects("events", namespace="default")} == {
+        "R0", "R1", "R2",
+    }  # fmt: skip

@@ -3,16 +3,25 @@
 A repeated event (same object, type, reason and message) within ten minutes bumps the `count`
 and `lastTimestamp` of the first one instead of creating another, as client-go's event
 correlator does, so a claim retried for hours leaves one event with a count, not thousands.
-Posting is best effort: a failure is logged and never fails the operation that reported it.
+
+Posting is in the background and best effort, as client-go's broadcaster posts: `post` queues
+the event and returns, and one sender per recorder posts them in order, one at a time. An
+operation never waits for its events (in a burst of 100 claims, each claim's `Provisioning`
+POST waited behind the other 99 before the claim could go on), and a failure is logged and
+lost, never the operation's. At most `MAX_QUEUED` events wait; more are dropped with a warning
+(client-go: 1,000, "channel full"). `flush_all` posts what is queued before the API closes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import dataclasses
 import datetime
 import socket
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,14 +30,35 @@ import structlog
 
 from kopf_csi import kube
 
-__all__ = ["NORMAL", "WARNING", "Recorder"]
+__all__ = ["NORMAL", "WARNING", "Recorder", "flush_all"]
 
 NORMAL = "Normal"
 WARNING = "Warning"
 REPEAT_WINDOW = 600.0  # seconds: client-go's correlator aggregates within 10 minutes
 MAX_REMEMBERED = 4096
+MAX_QUEUED = 1000  # client-go's broadcaster queue (maxQueuedEvents)
 
 log = structlog.get_logger("kopf_csi.events")
+
+
+_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+async def flush_all(timeout: float) -> None:
+    """Post what every recorder has queued, within `timeout` seconds (before the API closes)."""
+    flushing = [recorder.flush() for recorder in list(_recorders)]
+    if flushing:
+        try:
+            await asyncio.wait_for(asyncio.gather(*flushing), timeout=timeout)
+        except TimeoutError:
+            queued = sum(len(recorder._queued) for recorder in list(_recorders))
+            log.warning("events_not_posted", queued=queued)
+
+
+@dataclasses.dataclass
+class _Queued:
+    key: tuple[str, str, str, str]
+    body: dict[str, Any]
 
 
 @dataclasses.dataclass
@@ -56,24 +86,44 @@ class Recorder:
         self.component = component
         self.host = socket.gethostname()
         self._posted: dict[tuple[str, str, str, str], _Posted] = {}
+        self._queued: collections.deque[_Queued] = collections.deque()
+        self._sender: asyncio.Task[None] | None = None
+        _recorders.add(self)
 
     async def post(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
-        meta = obj.get("metadata", {})
-        uid = str(meta.get("uid", ""))
-        key = (uid, type_, reason, message)
+        """Queue an event about `obj`; it is posted in the background (see the module)."""
+        uid = str(obj.get("metadata", {}).get("uid", ""))
+        if len(self._queued) >= MAX_QUEUED:
+            log.warning("event_dropped", reason=reason, object_uid=uid, queued=len(self._queued))
+            return
+        body = self._event(obj, type_=type_, reason=reason, message=message)
+        self._queued.append(_Queued(key=(uid, type_, reason, message), body=body))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_queued())
+
+    async def flush(self) -> None:
+        """Return once every event queued so far is posted (or given up)."""
+        while self._sender is not None and not self._sender.done():
+            await asyncio.shield(self._sender)
+
+    async def _send_queued(self) -> None:
+        while self._queued:
+            await self._send(self._queued.popleft())
+
+    async def _send(self, queued: _Queued) -> None:
+        key, body = queued.key, queued.body
         now = time.monotonic()
         seen = self._posted.get(key)
         try:
             if seen is not None and now - seen.first_seen < REPEAT_WINDOW:
                 seen.count += 1
-                patch = {"count": seen.count, "lastTimestamp": _now()}
+                patch = {"count": seen.count, "lastTimestamp": body["lastTimestamp"]}
                 await self.api.patch(kube.EVENTS, seen.name, patch, seen.namespace)
                 return
-            body = self._event(obj, type_=type_, reason=reason, message=message)
             created = await self.api.create(kube.EVENTS, body)
         except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
             # Events are best effort: an API that refuses or cannot be reached loses only this.
-            log.warning("event_not_posted", reason=reason, object_uid=uid, error=str(exc))
+            log.warning("event_not_posted", reason=key[2], object_uid=key[0], error=str(exc))
             self._posted.pop(key, None)
             return
         if len(self._posted) >= MAX_REMEMBERED:

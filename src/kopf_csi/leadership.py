@@ -477,6 +477,7 @@ class Elector:
                 await self._post_all(template)
 
     async def _post_all(self, template: str) -> None:
+        recorders = []
         for candidate in self.candidates:
             if candidate.lease is None:
                 continue
@@ -489,3 +490,6 @@ class Elector:
                 candidate.lease, type_=events.NORMAL, reason=names.LEASE_EVENT_REASON,
                 message=message,
             )  # fmt: skip
+            recorders.append(recorder)
+        for recorder in recorders:
+            await recorder.flush()

@@ -3,9 +3,10 @@
 `MeasuredCluster` subclasses `EmulatedCluster` without changing it:
 
 - `_on_request` (the HTTP entry point) counts every request by client, verb and resource, and
-  the error answers by status as well. The
-  client is found from the connection's source port: the socket's inode in /proc/net/tcp,
-  then which process holds it (`operator` or `bench`); once per connection.
+  the error answers by status as well. The client is found from the connection's source
+  port: the socket's inode in /proc/net/tcp, then which process holds it (`operator` or
+  `bench`); once per connection, new connections in batches 20 ms later (or when counts are
+  read), so that identifying them does not delay the requests being served.
 - `_commit` (every write, HTTP or Python-level, in commit order) time-stamps each claim's steps
   as they happen: created, its PV created, Bound, deleted, its PV deleted; and each
   VolumeAttachment's: created, attached, deleted (deletionTimestamp set), gone.
@@ -17,6 +18,7 @@ the client check proves it rather than assuming it.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import time
@@ -34,6 +36,7 @@ __all__ = ["READS", "WRITES", "MeasuredCluster", "RequestKey", "Timeline"]
 READS = ("get", "list", "watch", "discovery")
 WRITES = ("create", "update", "patch", "delete")
 RequestKey = tuple[str, str, str]  # client, verb, resource
+Connection = tuple[int, int]  # the client's source port, the transport's id
 
 
 class Timeline:
@@ -48,6 +51,8 @@ class Timeline:
         self.bound: dict[str, float] = {}
         self.deleted: dict[str, float] = {}
         self.volume_deleted: dict[str, float] = {}
+        self.annotated: dict[str, float] = {}  # the KCM asked for provisioning
+        self.provisioning: dict[str, float] = {}  # the operator's Normal Provisioning event
         self.volumes = 0  # PVs present now
         self.va_created: dict[str, float] = {}
         self.va_attached: dict[str, float] = {}
@@ -64,6 +69,13 @@ class Timeline:
                 self.deleted[uid] = now
             elif _phase(obj) == "Bound" and _phase(old) != "Bound":
                 self.bound.setdefault(uid, now)
+            if _ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {}):
+                self.annotated.setdefault(uid, now)
+        elif plural == "events":
+            if type_ == "ADDED" and obj.get("reason") == "Provisioning":
+                uid = (obj.get("involvedObject") or {}).get("uid")
+                if uid:
+                    self.provisioning.setdefault(uid, now)
         elif plural == "persistentvolumes":
             uid = ((obj.get("spec") or {}).get("claimRef") or {}).get("uid")
             if type_ == "ADDED":
@@ -88,6 +100,9 @@ class Timeline:
                     self.va_deleted.setdefault(name, now)
 
 
+_ANNOTATION = "volume.kubernetes.io/storage-provisioner"
+
+
 def _phase(obj: Mapping[str, Any] | None) -> str | None:
     return ((obj or {}).get("status") or {}).get("phase")
 
@@ -97,11 +112,14 @@ class MeasuredCluster(EmulatedCluster):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.request_counts: collections.Counter[RequestKey] = collections.Counter()
-        self.errors: collections.Counter[tuple[str, str, str, int]] = collections.Counter()
         self.timeline = Timeline()
         self.clients: dict[str, int] = {"bench": os.getpid()}
-        self._connections: dict[tuple[int, int], str] = {}
+        # Counted per connection (source port, transport), attributed to a client in batches.
+        self._requests: collections.Counter[tuple[Connection, str, str]] = collections.Counter()
+        self._errors: collections.Counter[tuple[Connection, str, str, int]] = collections.Counter()
+        self._owners: dict[Connection, str] = {}
+        self._unresolved: set[Connection] = set()
+        self._resolving: asyncio.TimerHandle | None = None
 
     async def __aenter__(self) -> MeasuredCluster:
         await super().__aenter__()
@@ -110,6 +128,24 @@ class MeasuredCluster(EmulatedCluster):
     def watch_client(self, label: str, pid: int) -> None:
         """Attribute requests from sockets of process `pid` to `label`."""
         self.clients[label] = pid
+
+    @property
+    def request_counts(self) -> collections.Counter[RequestKey]:
+        """(client, verb, resource) -> requests so far."""
+        self._resolve()
+        counts: collections.Counter[RequestKey] = collections.Counter()
+        for (connection, verb, plural), n in self._requests.items():
+            counts[(self._owners.get(connection, "unknown"), verb, plural)] += n
+        return counts
+
+    @property
+    def errors(self) -> collections.Counter[tuple[str, str, str, int]]:
+        """(client, verb, resource, status) -> error answers so far."""
+        self._resolve()
+        counts: collections.Counter[tuple[str, str, str, int]] = collections.Counter()
+        for (connection, verb, plural, status), n in self._errors.items():
+            counts[(self._owners.get(connection, "unknown"), verb, plural, status)] += n
+        return counts
 
     def counts(self, client: str = "operator") -> collections.Counter[tuple[str, str]]:
         """(verb, resource) -> requests so far, for one client."""
@@ -138,24 +174,36 @@ class MeasuredCluster(EmulatedCluster):
         else:
             plural = target.plural + (f"/{target.subresource}" if target.subresource else "")
             verb = emulator._verb(request.method, target, request.query) or request.method
-        client = self._client(request)
-        self.request_counts[(client, verb, plural)] += 1
+        connection = self._connection(request)
+        self._requests[(connection, verb, plural)] += 1
         response = await super()._on_request(request)
         if response.status >= 400:
-            self.errors[(client, verb, plural, response.status)] += 1
+            self._errors[(connection, verb, plural, response.status)] += 1
         return response
 
-    def _client(self, request: aiohttp.web.BaseRequest) -> str:
+    def _connection(self, request: aiohttp.web.BaseRequest) -> Connection:
+        """The request's connection; a new one is attributed to its client soon, in a batch."""
         transport = request.transport
         peer = transport.get_extra_info("peername") if transport is not None else None
         if not peer:
-            return "unknown"
-        key = (int(peer[1]), id(transport))
-        client = self._connections.get(key)
-        if client is None:
-            client = procfs.socket_owner(int(peer[1]), self.port, self.clients)
-            self._connections[key] = client
-        return client
+            return (0, 0)  # never attributed: "unknown"
+        connection = (int(peer[1]), id(transport))
+        if connection not in self._owners and connection not in self._unresolved:
+            self._unresolved.add(connection)
+            if self._resolving is None:  # while the socket is surely open, off this request
+                self._resolving = asyncio.get_running_loop().call_later(0.02, self._resolve)
+        return connection
+
+    def _resolve(self) -> None:
+        if self._resolving is not None:
+            self._resolving.cancel()
+            self._resolving = None
+        if not self._unresolved:
+            return
+        batch, self._unresolved = self._unresolved, set()
+        owners = procfs.socket_owners({(port, self.port) for port, _ in batch}, self.clients)
+        for connection in batch:
+            self._owners[connection] = owners[(connection[0], self.port)]
 
     def _commit(
         self, kind: Kind, key: tuple[str, str], type_: str, obj: Body, old: Body | None

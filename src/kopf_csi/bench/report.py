@@ -190,6 +190,13 @@ def _per_volume(figures: Mapping[str, float]) -> str:
     return ", ".join(f"{key} {n:g}" for key, n in figures.items()) or "none"
 
 
+def _first_steps(steps: dict[str, float | None]) -> str:
+    names = {"annotated": "annotated", "provisioning_event": "Provisioning event", "volume": "PV"}
+    return ", ".join(
+        f"{label} {steps[key]:.3f} s" for key, label in names.items() if steps.get(key) is not None
+    )
+
+
 def _verbs(summary: Mapping[str, Any]) -> str:
     verbs = summary["by_verb_per_volume"]
     return ", ".join(f"{verb} {n:g}" for verb, n in verbs.items()) or "none"
@@ -244,6 +251,7 @@ def format_claims(report: Mapping[str, Any]) -> str:
             f"({provision['first_volume_after_its_claim']:.3f} s after its own)",
             "",
         ),
+        ("  its steps", _first_steps(provision.get("first_volume_steps") or {}), ""),
         (
             "peak RSS so far",
             _mib(provision["rss_peak"]),

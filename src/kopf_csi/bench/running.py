@@ -47,7 +47,7 @@ from typing import Any
 
 from kopf_csi import logs, names
 from kopf_csi.bench import procfs, report
-from kopf_csi.bench.cluster import MeasuredCluster
+from kopf_csi.bench.cluster import MeasuredCluster, Timeline
 from kopf_csi.bench.process import OperatorProcess, OperatorProcessError
 from kopf_csi.bench.progress import Progress
 from kopf_csi.csi import CSIClient
@@ -388,6 +388,21 @@ async def _burst(items: Sequence[Any], act: Callable[[int, Any], None]) -> None:
             await asyncio.sleep(0)
 
 
+def _steps(timeline: Timeline, uid: str) -> dict[str, float | None]:
+    """Where one claim's wait went: seconds from its creation to each step, in order."""
+    created = timeline.created[uid]
+
+    def since(moments: dict[str, float]) -> float | None:
+        moment = moments.get(uid)
+        return None if moment is None else round(moment - created, 3)
+
+    return {
+        "annotated": since(timeline.annotated),  # the KCM stand-in asked for provisioning
+        "provisioning_event": since(timeline.provisioning),  # the operator took the claim
+        "volume": since(timeline.volume_created),
+    }
+
+
 def _rate(count: int, seconds: float) -> float:
     return round(count / seconds, 1) if seconds > 0 else float("nan")
 
@@ -449,6 +464,7 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
         provision["first_volume_after_its_claim"] = round(
             timeline.volume_created[first] - timeline.created[first], 3
         )
+        provision["first_volume_steps"] = _steps(timeline, first)
         provision["seconds_to_bound"] = round(
             max(timeline.bound[u] for u in uids) - mark.started, 3
         )

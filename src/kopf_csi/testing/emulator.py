@@ -1120,7 +1120,11 @@ class EmulatedCluster:
                     break
                 wait = remaining if wait is None else min(wait, remaining)
             try:
-                lines = [await asyncio.wait_for(watch.queue.get(), wait)]
+                # asyncio.timeout, not wait_for: no task per event, so an event goes out on the
+                # loop's next turn, as a real server's within a millisecond (wait_for's extra
+                # hops held each event back by two turns of whatever else the loop runs).
+                async with asyncio.timeout(wait):
+                    lines = [await watch.queue.get()]
             except TimeoutError:
                 # An idle queue means everything up to the current resourceVersion was sent.
                 if bookmarks and (deadline is None or loop.time() < deadline):
