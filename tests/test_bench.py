@@ -57,6 +57,13 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
     assert provision["latency_to_volume"]["p50_ms"] <= provision["latency_to_bound"]["p50_ms"]
     assert 0 < provision["first_volume_after_its_claim"] <= provision["seconds_to_first_volume"]
     assert provision["seconds_to_first_volume"] <= provision["seconds_to_volumes"]
+    steps = provision["first_volume_steps"]  # where the first PV's wait went, in order
+    assert 0 < steps["annotated"] <= steps["volume"] == provision["first_volume_after_its_claim"]
+    assert steps["provisioning_event"] is not None
+    assert 0 < provision["mean_wait_for_volume"] < provision["seconds_to_volumes"]
+    assert provision["kcm_event_patches_expected"] == round(
+        provision["mean_wait_for_volume"] / 15, 4
+    )
     assert 0 < provision["rss_peak"] <= delete["rss_peak"]
     watched = [phase["watch_events"]["per_volume"] for phase in (provision, delete)]
     assert sum(w.get("pvc", 0) for w in watched) == 6  # ADDED, 3 KCM updates, delete, gone

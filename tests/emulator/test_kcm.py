@@ -342,3 +342,63 @@ async def test_a_provisioned_volume_gets_the_real_servers_writes_and_watch_event
     volume_changes = [c.type for c in changes if c.kind.plural == PVS]
     assert claim_changes == ["ADDED"] + ["MODIFIED"] * 4 + ["DELETED"]
     assert volume_changes == ["ADDED"] + ["MODIFIED"] * 3 + ["DELETED"]  # + its own finalizer
+
+
+async def test_a_resync_posts_a_pending_claims_event_again_as_a_patch(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
+    """KCM's PV controller syncs every claim again at each resync (15 s by default); a claim
+    still waiting for its provisioner gets ExternalProvisioning again, which client-go's
+    correlator sends as a PATCH of the first event (`count` 2, 3, ...). A bound claim does
+    not. This is where a slow provisioner's extra event PATCHes come from."""
+    storage_class(cluster, "fast")
+    waiting = claim(cluster, "waiting", storageClassName="fast")
+    bound = claim(cluster, "bound", storageClassName="fast")
+    await until(cluster, lambda: GA in annotations(cluster, "bound"))
+    volume(cluster, "pvc-bound", claim=bound)
+    await cluster.wait_for(PVCS, "default", "bound", phase("Bound"))
+    await kcm.settled()
+    cluster.writes.clear()
+    kcm.resync()
+    kcm.resync()
+    await kcm.settled()
+    counts = {
+        e["involvedObject"]["name"]: e["count"]
+        for e in cluster.objects("events")
+        if e["reason"] == "ExternalProvisioning"
+    }
+    assert counts == {"waiting": 3, "bound": 1}
+    assert kcm_writes(cluster) == {("patch", "events"): 2}
+    assert events(cluster, waiting) == [
+        ("Normal", "ExternalProvisioning", EXTERNAL_PROVISIONING)
+    ]  # one event, counted
+
+
+def test_the_resync_period_is_kcms_default() -> None:
+    assert ControllerManager(EmulatedCluster()).resync_period == 15.0
+
+
+async def test_a_pass_syncs_what_changed_not_the_whole_cluster(
+    cluster: EmulatedCluster, kcm: ControllerManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real PV controller works through queues of changed objects: a change to one claim
+    syncs that claim and its volume, not every claim and volume in the cluster."""
+    storage_class(cluster, "fast")
+    for n in range(20):
+        created = claim(cluster, f"data-{n}", storageClassName="fast")
+        await until(cluster, lambda n=n: GA in annotations(cluster, f"data-{n}"))
+        volume(cluster, f"pvc-{n}", claim=created)
+    await until(cluster, lambda: all(phase("Bound")(c) for c in cluster.objects(PVCS)))
+    await kcm.settled()
+    synced: list[str] = []
+    for method in ("_sync_claim", "_sync_volume"):
+        original = getattr(kcm, method)
+
+        def spy(obj: dict[str, Any], original: Any = original) -> None:
+            synced.append(obj["metadata"]["name"])
+            original(obj)
+
+        monkeypatch.setattr(kcm, method, spy)
+    cluster.patch(PVCS, "default", "data-7", {"metadata": {"labels": {"app": "x"}}})
+    await kcm.settled()
+    assert sorted(set(synced)) == ["data-7", "pvc-7"]

@@ -64,6 +64,7 @@ NAMESPACE = "default"
 CLASSES = {"immediate": "kopf-csi-immediate", "wffc": "kopf-csi-wffc"}
 ATTACH_NODES = 10  # attach mode: VolumeAttachments go round-robin to node-1 .. node-10
 CHUNK = 50  # objects created or deleted between two yields to the event loop
+KCM_RESYNC_PERIOD = 15.0  # seconds: KCM's --pvclaimbinder-sync-period default
 QUIET = 0.5  # seconds without an operator request, its queues empty: the operator is done
 IDLE_CPU = 0.03  # at most this much operator CPU (s) in the last second: it is idle
 Body = dict[str, Any]
@@ -465,6 +466,13 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
             timeline.volume_created[first] - timeline.created[first], 3
         )
         provision["first_volume_steps"] = _steps(timeline, first)
+        waits = [timeline.volume_created[u] - timeline.annotated[u] for u in uids]
+        provision["mean_wait_for_volume"] = round(sum(waits) / len(waits), 3)
+        # KCM re-posts ExternalProvisioning for every claim still waiting at its resync (every
+        # 15 s, at a moment independent of the burst): a PATCH of the event per such claim.
+        provision["kcm_event_patches_expected"] = round(
+            provision["mean_wait_for_volume"] / KCM_RESYNC_PERIOD, 4
+        )
         provision["seconds_to_bound"] = round(
             max(timeline.bound[u] for u in uids) - mark.started, 3
         )

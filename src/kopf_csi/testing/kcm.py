@@ -39,9 +39,16 @@ unmount before detaching, node annotations (``controller-managed-attach-detach``
 aggregation (each distinct event is posted once, where KCM re-posts it on every resync).
 
 How it runs: in-process on the emulator's change feed, as one asyncio task. Every batch of
-changes updates local caches (the informers) and triggers one full, synchronous,
-level-triggered pass. Writes go through the emulator's Python API; their changes come back as
-the next batch, and a pass that writes nothing ends the cycle.
+changes updates local caches (the informers) and triggers one synchronous pass. The PV
+controller and the protection controllers sync only what the batch touched, as the real ones
+work through queues of changed objects: a changed claim, the volume it names and the volume
+naming it; a changed volume and the claim its claimRef names; the claims of a changed pod; and
+everything when a StorageClass or CSIDriver changes, or on the periodic resync
+(``resync_period``, KCM's ``--pvclaimbinder-sync-period``, 15 s). A full pass over every object
+per batch made the stand-in's cost grow with the cluster: 13-27 ms per pass with 200 claims,
+during which the emulated API served nobody. The scheduler and the attach/detach controller
+still look at every pod. Writes go through the emulator's Python API; their changes come back
+as the next batch, and a pass that writes nothing ends the cycle.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
+from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, StatusError, Subscription
 from kopf_csi.testing.standins import StandIn
 
 __all__ = ["ControllerManager", "attachment_name"]
@@ -85,6 +92,11 @@ def attachment_name(volume_handle: str, driver: str, node: str) -> str:
 
 def _meta(obj: Body) -> Body:
     return obj.get("metadata") or {}
+
+
+def _key(obj: Body) -> tuple[str, str]:
+    meta = _meta(obj)
+    return (meta.get("namespace") or "", meta.get("name") or "")
 
 
 def _annotations(obj: Body) -> dict[str, str]:
@@ -139,16 +151,25 @@ class ControllerManager(StandIn):
         attachments: bool = True,  # the attach/detach controller (VolumeAttachments)
         scheduler: bool = True,  # selected-node for WaitForFirstConsumer claims
         protection: bool = True,  # the pvc-protection and pv-protection controllers
+        resync_period: float | None = 15.0,  # every claim and volume synced again (None: never)
     ) -> None:
         super().__init__(cluster)
         self.enabled = {
             "volumes": volumes, "attachments": attachments, "scheduler": scheduler,
             "protection": protection,
         }  # fmt: skip
+        self.resync_period = resync_period
         self.passes = 0
-        self._emitted: set[tuple[str, str, str]] = set()
+        self.resyncs = 0
+        self._dirty_claims: set[tuple[str, str]] = set()
+        self._dirty_volumes: set[tuple[str, str]] = set()
+        self._everything = True  # the first pass looks at everything listed
+        self._resync_due = False
+        self._resyncing = False  # syncing claims for a resync: their events are posted again
+        self._emitted: dict[tuple[str, str, str], tuple[str, str, int]] = {}
         self._attachments: set[str] = set()  # VA names this attach/detach controller created
-        self._claimed: dict[tuple[str, str], Body] = {}
+        # claim key -> the volumes whose claimRef names it (in the order they did)
+        self._claimed: dict[tuple[str, str], dict[tuple[str, str], None]] = {}
         self._passed = asyncio.Event()
 
     async def settled(self) -> None:
@@ -159,43 +180,139 @@ class ControllerManager(StandIn):
             await self._passed.wait()
 
     async def _run(self, feed: Subscription) -> None:
-        while changes := await feed.batch():
-            for change in changes:
-                self._observe(change)
-            try:
-                self.sync()
-            except Exception:  # a controller logs and carries on; the next change retries
-                log.exception("kcm stand-in pass failed")
-            self._passed.set()
+        resync = None if self.resync_period is None else asyncio.create_task(self._resync())
+        try:
+            while changes := await feed.batch():
+                for change in changes:
+                    self._observe(change)
+                self._pass()
+        finally:
+            if resync is not None:
+                resync.cancel()
+
+    async def _resync(self) -> None:
+        assert self.resync_period is not None
+        while True:
+            await asyncio.sleep(self.resync_period)
+            self.resync()
+
+    def resync(self) -> None:
+        """A resync now: every claim and volume is synced again (pending claims' events are
+        posted again), as KCM's PV controller does every ``--pvclaimbinder-sync-period``."""
+        self.resyncs += 1
+        self._resync_due = True
+        self._pass()
+
+    def _pass(self) -> None:
+        try:
+            self.sync()
+        except Exception:  # a controller logs and carries on; the next change retries
+            log.exception("kcm stand-in pass failed")
+        self._passed.set()
+
+    def _observe(self, change: Change) -> None:
+        """Cache the change, and queue what it touches for the next pass."""
+        before = self._cache[change.kind.plural].get(_key(change.object))
+        super()._observe(change)
+        plural = change.kind.plural
+        for obj in (before, change.object):
+            if obj is None:
+                continue
+            if plural == "persistentvolumeclaims":
+                self._dirty_claims.add(_key(obj))
+                if volume_name := _spec(obj).get("volumeName"):
+                    self._dirty_volumes.add(("", volume_name))
+                self._dirty_volumes.update(self._claimed_keys(_key(obj)))
+            elif plural == "persistentvolumes":
+                self._dirty_volumes.add(_key(obj))
+                if ref := _spec(obj).get("claimRef"):
+                    self._dirty_claims.add((ref.get("namespace") or "", ref.get("name") or ""))
+            elif plural == "pods":
+                namespace = _meta(obj).get("namespace") or ""
+                self._dirty_claims.update((namespace, name) for name in _pod_claims(obj))
+            elif plural in ("storageclasses", "csidrivers"):
+                self._everything = True
+        if plural == "persistentvolumes":
+            self._index_claim_ref(before, change.object if change.type != "DELETED" else None)
+
+    def _index_claim_ref(self, before: Body | None, after: Body | None) -> None:
+        for obj, present in ((before, False), (after, True)):
+            ref = _spec(obj).get("claimRef") if obj is not None else None
+            if obj is None or not ref:
+                continue
+            claim_key = (ref.get("namespace") or "", ref.get("name") or "")
+            volumes = self._claimed.setdefault(claim_key, {})
+            if present:
+                volumes[_key(obj)] = None
+            else:
+                volumes.pop(_key(obj), None)
+            if not volumes:
+                del self._claimed[claim_key]
+
+    def _put(self, plural: str, obj: Body) -> Body:
+        if plural == "persistentvolumes":  # our own write, cached at once: indexed at once
+            self._index_claim_ref(self._cache[plural].get(_key(obj)), obj)
+        return super()._put(plural, obj)
+
+    def _claimed_volume(self, claim_key: tuple[str, str]) -> Body | None:
+        """The volume whose claimRef names the claim (the latest to, if several do)."""
+        for volume_key in reversed(self._claimed.get(claim_key, {})):
+            if (volume := self._cache["persistentvolumes"].get(volume_key)) is not None:
+                return volume
+        return None
+
+    def _claimed_keys(self, claim_key: tuple[str, str]) -> Iterator[tuple[str, str]]:
+        yield from self._claimed.get(claim_key, {})
 
     def sync(self) -> None:
-        """One level-triggered pass over everything (synchronous, so atomic for the emulator)."""
+        """One pass (synchronous, so atomic for the emulator): the PV and protection
+        controllers over what changed since the last pass (everything after a resync), the
+        scheduler and the attach/detach controller over every pod."""
         self.passes += 1
-        self._claimed = {  # claim key -> the volume whose claimRef names it
-            (ref.get("namespace") or "", ref.get("name") or ""): volume
-            for volume in self._cache["persistentvolumes"].values()
-            if (ref := _spec(volume).get("claimRef"))
-        }
+        resyncing, self._resync_due = self._resync_due, False
+        if self._everything or resyncing:
+            self._everything = False
+            self._dirty_claims = set(self._cache["persistentvolumeclaims"])
+            self._dirty_volumes = set(self._cache["persistentvolumes"])
+        claims = [c for k in sorted(self._dirty_claims) if (c := self._claim(*k)) is not None]
+        volumes = [v for k in sorted(self._dirty_volumes) if (v := self._volume(k[1])) is not None]
+        self._dirty_claims, self._dirty_volumes = set(), set()
         if self.enabled["scheduler"]:
             self._sync_scheduler()
         if self.enabled["volumes"]:
-            for claim in list(self._cache["persistentvolumeclaims"].values()):
-                self._guarded(self._sync_claim, claim)
-            for volume in list(self._cache["persistentvolumes"].values()):
-                self._guarded(self._sync_volume, volume)
+            self._resyncing = resyncing
+            try:
+                for claim in claims:
+                    claim = self._latest("persistentvolumeclaims", claim)
+                    self._guarded(self._sync_claim, claim, self._dirty_claims)
+            finally:
+                self._resyncing = False
+            for volume in volumes:
+                volume = self._latest("persistentvolumes", volume)
+                self._guarded(self._sync_volume, volume, self._dirty_volumes)
         if self.enabled["attachments"]:
             self._sync_attachments()
         if self.enabled["protection"]:
-            for claim in list(self._cache["persistentvolumeclaims"].values()):
-                self._guarded(self._sync_claim_protection, claim)
-            for volume in list(self._cache["persistentvolumes"].values()):
-                self._guarded(self._sync_volume_protection, volume)
+            for claim in claims:
+                claim = self._latest("persistentvolumeclaims", claim)
+                self._guarded(self._sync_claim_protection, claim, self._dirty_claims)
+            for volume in volumes:
+                volume = self._latest("persistentvolumes", volume)
+                self._guarded(self._sync_volume_protection, volume, self._dirty_volumes)
 
-    def _guarded(self, fn: Callable[[Body], None], obj: Body) -> None:
+    def _latest(self, plural: str, obj: Body) -> Body:
+        """The cached copy now: an earlier step of this pass may have written the object."""
+        return self._cache[plural].get(_key(obj), obj)
+
+    def _guarded(
+        self, fn: Callable[[Body], None], obj: Body, retry: set[tuple[str, str]] | None = None
+    ) -> None:
         try:
             fn(obj)
-        except StatusError as error:  # e.g. deleted meanwhile; the next change retries
+        except StatusError as error:  # e.g. deleted meanwhile; synced again at the next pass
             log.warning("kcm stand-in: %s %s: %s", fn.__name__, _meta(obj).get("name"), error)
+            if retry is not None:
+                retry.add(_key(obj))
 
     # --- Helpers -------------------------------------------------------------------------
 
@@ -216,19 +333,27 @@ class ControllerManager(StandIn):
         )
 
     def _event(self, obj: Body, type_: str, reason: str, message: str) -> None:
+        """Post an event once per object, reason and message; a resync posts it again, which
+        client-go's correlator turns into a PATCH of the first one (`count` + 1)."""
         meta = obj["metadata"]
-        if (meta["uid"], reason, message) in self._emitted:
-            return
-        self._emitted.add((meta["uid"], reason, message))
+        key = (meta["uid"], reason, message)
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if (posted := self._emitted.get(key)) is not None:
+            if not self._resyncing:
+                return
+            namespace, name, count = posted
+            self._emitted[key] = (namespace, name, count + 1)
+            repeat = {"count": count + 1, "lastTimestamp": now}
+            self.cluster.patch("events", namespace, name, repeat, manager=self.manager)
+            return
         reference = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"]}
         reference.update(uid=meta["uid"], resourceVersion=meta["resourceVersion"])
         if meta.get("namespace"):
             reference["namespace"] = meta["namespace"]
         namespace = meta.get("namespace") or "default"
+        name = f"{meta['name']}.{time.time_ns():x}"  # client-go: "<object>.<unix-nanos, hex>"
         event = {
-            # client-go names events "<object>.<unix-nanos in hex>"
-            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "involvedObject": reference,
             "type": type_,
             "reason": reason,
@@ -240,6 +365,7 @@ class ControllerManager(StandIn):
             "count": 1,
         }
         self.cluster.create("events", event, manager=self.manager)
+        self._emitted[key] = (namespace, name, 1)
 
     # --- Scheduler: selected-node --------------------------------------------------------
 
@@ -305,7 +431,7 @@ class ControllerManager(StandIn):
 
     def _prebound_volume(self, claim: Body) -> Body | None:
         meta = _meta(claim)
-        volume = self._claimed.get((meta.get("namespace") or "", meta["name"]))
+        volume = self._claimed_volume((meta.get("namespace") or "", meta["name"]))
         return volume if volume is not None and _refers_to(volume, claim) else None
 
     def _assign_default_class(self, claim: Body) -> bool:
