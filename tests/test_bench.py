@@ -78,6 +78,7 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
         assert every[write] == n, write
     assert provision["writes"]["by_client"]["kcm"] == 5  # 2 claim, 2 status, 1 event
     assert delete["writes"]["operator"]["DELETE pv"] == 1
+    assert "PATCH events" not in provision["writes"]["operator"]  # no event posted twice
     assert provision["cpu_seconds"] + delete["cpu_seconds"] > 0
     # Every volume needs its PV created; the Go sidecar's 3 writes are the floor to beat.
     assert 1 <= provision["requests"]["by_verb"]["create"] / 20 <= 10

@@ -359,8 +359,8 @@ async def test_a_resync_posts_a_pending_claims_event_again_as_a_patch(
     await cluster.wait_for(PVCS, "default", "bound", phase("Bound"))
     await kcm.settled()
     cluster.writes.clear()
-    kcm.resync()
-    kcm.resync()
+    await kcm.resync()
+    await kcm.resync()
     await kcm.settled()
     counts = {
         e["involvedObject"]["name"]: e["count"]

@@ -254,9 +254,8 @@ def format_claims(report: Mapping[str, Any]) -> str:
         ("  its steps", _first_steps(provision.get("first_volume_steps") or {}), ""),
         (
             "waiting for a PV",
-            f"{provision['mean_wait_for_volume'] * 1000:.0f} ms mean (annotated to PV): KCM's "
-            f"15 s resync re-posts ExternalProvisioning (a PATCH) for "
-            f"{provision['kcm_event_patches_expected']:.3f} per volume",
+            f"{provision['mean_wait_for_volume'] * 1000:.0f} ms mean after the annotation "
+            f"(KCM resync PATCH events: {provision['kcm_event_patches_expected']:.3f}/volume)",
             "",
         ),
         (

@@ -237,7 +237,9 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
     try:
         async with (
             MeasuredCluster() as cluster,
-            ControllerManager(cluster) as kcm,
+            # KCM is its own process on a real cluster: it never holds the API server up for a
+            # whole pass, so here it lets the emulated API serve others after each object.
+            ControllerManager(cluster, yield_every=1) as kcm,
             running_driver(config, socket_path=socket_path, grace=1.0) as driver,
         ):
             for plural, body in _seed_objects():

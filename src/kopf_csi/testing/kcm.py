@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import hashlib
 import logging
 import time
@@ -77,6 +78,7 @@ ANN_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 FINALIZER_PVC_PROTECTION = "kubernetes.io/pvc-protection"
 FINALIZER_PV_PROTECTION = "kubernetes.io/pv-protection"
 PV_CONTROLLER = "persistentvolume-controller"
+PVCS, PVS = "persistentvolumeclaims", "persistentvolumes"
 
 _EXTERNAL_PROVISIONING = (
     "Waiting for a volume to be created either by the external provisioner '{}' or manually by "
@@ -152,6 +154,7 @@ class ControllerManager(StandIn):
         scheduler: bool = True,  # selected-node for WaitForFirstConsumer claims
         protection: bool = True,  # the pvc-protection and pv-protection controllers
         resync_period: float | None = 15.0,  # every claim and volume synced again (None: never)
+        yield_every: int | None = None,  # objects per turn of the loop (None: a pass at once)
     ) -> None:
         super().__init__(cluster)
         self.enabled = {
@@ -159,6 +162,11 @@ class ControllerManager(StandIn):
             "protection": protection,
         }  # fmt: skip
         self.resync_period = resync_period
+        self.yield_every = yield_every
+        """With a number, a pass lets the emulated API serve others after that many objects,
+        as a KCM in its own process would (the benchmark's); its cache can then be stale, and
+        a write of it lose a race, as the real one's can. None: each pass at once (atomic)."""
+        self._lock = asyncio.Lock()
         self.passes = 0
         self.resyncs = 0
         self._dirty_claims: set[tuple[str, str]] = set()
@@ -174,8 +182,8 @@ class ControllerManager(StandIn):
 
     async def settled(self) -> None:
         """Wait until every change committed so far has been through a pass."""
-        # A pass is synchronous and drains the feed, so an empty feed means "all seen".
-        while self._feed is not None and self._feed.pending:
+        # A pass drains the feed, so an empty feed and no pass running means "all seen".
+        while self._feed is not None and (self._feed.pending or self._lock.locked()):
             self._passed.clear()
             await self._passed.wait()
 
@@ -185,7 +193,7 @@ class ControllerManager(StandIn):
             while changes := await feed.batch():
                 for change in changes:
                     self._observe(change)
-                self._pass()
+                await self._pass()
         finally:
             if resync is not None:
                 resync.cancel()
@@ -194,20 +202,24 @@ class ControllerManager(StandIn):
         assert self.resync_period is not None
         while True:
             await asyncio.sleep(self.resync_period)
-            self.resync()
+            await self.resync()
 
-    def resync(self) -> None:
+    async def resync(self) -> None:
         """A resync now: every claim and volume is synced again (pending claims' events are
         posted again), as KCM's PV controller does every ``--pvclaimbinder-sync-period``."""
         self.resyncs += 1
         self._resync_due = True
-        self._pass()
+        await self._pass()
 
-    def _pass(self) -> None:
-        try:
-            self.sync()
-        except Exception:  # a controller logs and carries on; the next change retries
-            log.exception("kcm stand-in pass failed")
+    async def _pass(self) -> None:
+        async with self._lock:
+            try:
+                for done, step in enumerate(self._steps(), 1):
+                    step()
+                    if self.yield_every and done % self.yield_every == 0:
+                        await asyncio.sleep(0)  # the API serves others, as KCM is elsewhere
+            except Exception:  # a controller logs and carries on; the next change retries
+                log.exception("kcm stand-in pass failed")
         self._passed.set()
 
     def _observe(self, change: Change) -> None:
@@ -265,54 +277,52 @@ class ControllerManager(StandIn):
         yield from self._claimed.get(claim_key, {})
 
     def sync(self) -> None:
-        """One pass (synchronous, so atomic for the emulator): the PV and protection
+        """One pass, synchronous (so atomic for the emulator): the PV and protection
         controllers over what changed since the last pass (everything after a resync), the
         scheduler and the attach/detach controller over every pod."""
+        for step in self._steps():
+            step()
+
+    def _steps(self) -> Iterator[Callable[[], None]]:
+        """A pass, one object at a time (each read from the cache when its turn comes)."""
         self.passes += 1
         resyncing, self._resync_due = self._resync_due, False
         if self._everything or resyncing:
             self._everything = False
             self._dirty_claims = set(self._cache["persistentvolumeclaims"])
             self._dirty_volumes = set(self._cache["persistentvolumes"])
-        claims = [c for k in sorted(self._dirty_claims) if (c := self._claim(*k)) is not None]
-        volumes = [v for k in sorted(self._dirty_volumes) if (v := self._volume(k[1])) is not None]
+        claims, volumes = sorted(self._dirty_claims), sorted(self._dirty_volumes)
         self._dirty_claims, self._dirty_volumes = set(), set()
+        step = functools.partial
         if self.enabled["scheduler"]:
-            self._sync_scheduler()
+            yield self._sync_scheduler
         if self.enabled["volumes"]:
-            self._resyncing = resyncing
-            try:
-                for claim in claims:
-                    claim = self._latest("persistentvolumeclaims", claim)
-                    self._guarded(self._sync_claim, claim, self._dirty_claims)
-            finally:
-                self._resyncing = False
-            for volume in volumes:
-                volume = self._latest("persistentvolumes", volume)
-                self._guarded(self._sync_volume, volume, self._dirty_volumes)
+            for key in claims:
+                yield step(self._step, PVCS, key, self._sync_claim, resyncing=resyncing)
+            for key in volumes:
+                yield step(self._step, PVS, key, self._sync_volume)
         if self.enabled["attachments"]:
-            self._sync_attachments()
+            yield self._sync_attachments
         if self.enabled["protection"]:
-            for claim in claims:
-                claim = self._latest("persistentvolumeclaims", claim)
-                self._guarded(self._sync_claim_protection, claim, self._dirty_claims)
-            for volume in volumes:
-                volume = self._latest("persistentvolumes", volume)
-                self._guarded(self._sync_volume_protection, volume, self._dirty_volumes)
+            for key in claims:
+                yield step(self._step, PVCS, key, self._sync_claim_protection)
+            for key in volumes:
+                yield step(self._step, PVS, key, self._sync_volume_protection)
 
-    def _latest(self, plural: str, obj: Body) -> Body:
-        """The cached copy now: an earlier step of this pass may have written the object."""
-        return self._cache[plural].get(_key(obj), obj)
-
-    def _guarded(
-        self, fn: Callable[[Body], None], obj: Body, retry: set[tuple[str, str]] | None = None
+    def _step(
+        self, plural: str, key: tuple[str, str], fn: Callable[[Body], None], resyncing: bool = False
     ) -> None:
+        obj = self._cache[plural].get(key)
+        if obj is None:
+            return  # deleted meanwhile
+        self._resyncing = resyncing
         try:
             fn(obj)
         except StatusError as error:  # e.g. deleted meanwhile; synced again at the next pass
-            log.warning("kcm stand-in: %s %s: %s", fn.__name__, _meta(obj).get("name"), error)
-            if retry is not None:
-                retry.add(_key(obj))
+            log.warning("kcm stand-in: %s %s: %s", fn.__name__, key[1], error)
+            (self._dirty_claims if plural == PVCS else self._dirty_volumes).add(key)
+        finally:
+            self._resyncing = False
 
     # --- Helpers -------------------------------------------------------------------------
 
