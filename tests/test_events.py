@@ -108,3 +108,32 @@ async def test_a_full_queue_drops_events_with_a_warning(
     assert {e["reason"] for e in cluster.objects("events", namespace="default")} == {
         "R0", "R1", "R2",
     }  # fmt: skip
+
+
+async def test_a_burst_of_events_loses_none_and_keeps_each_objects_order(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    """A 1,000-claim burst posts 2,000 events faster than one sender can: none is dropped,
+    and each object's events arrive in the order they were posted."""
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        claims = [
+            {**CLAIM, "metadata": {**CLAIM["metadata"], "name": f"c{n}", "uid": f"u-{n}"}}
+            for n in range(1200)
+        ]
+        for claim in claims:
+            await recorder.post(claim, type_=events.NORMAL, reason="First", message="m")
+        for claim in claims:
+            await recorder.post(claim, type_=events.NORMAL, reason="Second", message="m")
+        assert recorder.queued > 1000
+        await recorder.flush()
+        assert recorder.queued == 0
+    posted = sorted(
+        cluster.objects("events", namespace="default"),
+        key=lambda e: int(e["metadata"]["resourceVersion"]),
+    )
+    assert len(posted) == 2400
+    order: dict[str, list[str]] = {}
+    for event in posted:
+        order.setdefault(event["involvedObject"]["uid"], []).append(event["reason"])
+    assert set(map(tuple, order.values())) == {("First", "Second")}
