@@ -157,6 +157,7 @@ def _serve(memo: kopf.Memo, provisioner: Provisioner) -> Served:
     memo.served_provisioners[provisioner.name] = served
     runtime.subscribe(memo, kube.CLAIMS, _claim_changed(memo, served))
     runtime.subscribe(memo, kube.VOLUMES, _volume_changed(served))
+    runtime.subscribe(memo, kube.VOLUME_ATTACHMENTS, _attachment_changed(memo, served))
     return served
 
 
@@ -281,6 +282,20 @@ def _claim_changed(memo: kopf.Memo, served: Served) -> runtime.Listener:
 
 def _in_progress_elsewhere(memo: kopf.Memo, key: str) -> bool:
     return any(key in s.provisioner.in_progress for s in memo.served_provisioners.values())
+
+
+def _attachment_changed(memo: kopf.Memo, served: Served) -> runtime.Listener:
+    """A VolumeAttachment gone: its volume, if released and waiting for the detach, is deleted
+    now, not at its next retry (external-provisioner waits for the retry, up to 5 minutes)."""
+
+    def changed(attachment: dict[str, Any], deleted: bool) -> None:
+        if not deleted:
+            return
+        name = ((attachment.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
+        if name and name in memo.caches.volumes:
+            served.volumes.add(name)
+
+    return changed
 
 
 def _volume_changed(served: Served) -> runtime.Listener:

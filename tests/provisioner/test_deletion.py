@@ -7,7 +7,8 @@ We test these aspects:
   when it is Delete and Bound; added to a Bound PV of ours that lacks it;
 - a VolumeAttachment still naming the PV blocks DeleteVolume, with a Normal VolumeDelete event
   (not the Go sidecar's Warning, upstream #1574) and the
-  reference's message, until it is gone (only for drivers with PUBLISH_UNPUBLISH_VOLUME);
+  reference's message, until it is gone (only for drivers with PUBLISH_UNPUBLISH_VOLUME),
+  and then at once, not at the volume's next retry;
 - a failed DeleteVolume posts VolumeFailedDelete with the gRPC text and is retried.
 """
 
@@ -20,6 +21,7 @@ import pytest
 from kopf_csi import names
 from kopf_csi.csi import Code
 from kopf_csi.driver import Driver, DriverConfig
+from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.kcm import FINALIZER_PV_PROTECTION as PV_PROTECTION
 from kopf_csi.testing.operator import OperatorThread
@@ -70,6 +72,15 @@ def make_attachment(cluster: EmulatedCluster, pv_name: str, node: str = NODE) ->
                      "source": {"persistentVolumeName": pv_name}},
         },
     )  # fmt: skip
+
+
+async def released_while_attached(cluster: EmulatedCluster, operator: OperatorThread) -> Body:
+    """A bound volume with a VolumeAttachment (cached), whose claim is then deleted."""
+    pv = await bound_volume(cluster, operator)
+    make_attachment(cluster, pv["metadata"]["name"])
+    await wait_until(lambda: "va-1" in operator.memo.caches.attachments, what="VA cached")
+    cluster.delete("persistentvolumeclaims", NAMESPACE, "data")
+    return pv
 
 
 async def bound_volume(
@@ -153,11 +164,8 @@ async def test_finalizer_is_added_to_a_bound_pv_of_ours_that_lacks_it(
 async def test_attachment_blocks_delete_volume_until_it_is_gone(
     cluster: EmulatedCluster, operator: OperatorThread, driver: Driver, calls: Calls
 ) -> None:
-    pv = await bound_volume(cluster, operator)
+    pv = await released_while_attached(cluster, operator)
     name = pv["metadata"]["name"]
-    make_attachment(cluster, name)
-    await wait_until(lambda: "va-1" in operator.memo.caches.attachments, what="VA cached")
-    cluster.delete("persistentvolumeclaims", NAMESPACE, "data")
 
     message = f"persistentvolume {name} is still attached to node {NODE}"
     await wait_for_event(cluster, pv, names.REASON_VOLUME_DELETE, message=message)
@@ -175,6 +183,25 @@ async def test_attachment_blocks_delete_volume_until_it_is_gone(
     assert not driver.state.volumes
 
 
+class TestSlowRetries:
+    """A released volume that waited for its detach is deleted as soon as its VolumeAttachment
+    is gone, not at its next retry (external-provisioner waits for the retry: up to 5 min)."""
+
+    @pytest.fixture
+    def provisioner_options(self) -> ProvisionerOptions:
+        return ProvisionerOptions(retry_interval_start=60.0, retry_interval_max=60.0)
+
+    async def test_the_volume_goes_once_its_attachment_does(
+        self, cluster: EmulatedCluster, operator: OperatorThread, driver: Driver
+    ) -> None:
+        pv = await released_while_attached(cluster, operator)
+        name = pv["metadata"]["name"]
+        await wait_for_event(cluster, pv, names.REASON_VOLUME_DELETE)  # waits: 60 s to retry
+        cluster.delete("volumeattachments", None, "va-1")
+        await wait_for_gone(cluster, "persistentvolumes", name)
+        assert not driver.state.volumes
+
+
 class TestDriverWithoutAttach:
     @pytest.fixture
     def driver_config(self, driver_config: DriverConfig) -> DriverConfig:
@@ -184,11 +211,8 @@ class TestDriverWithoutAttach:
     async def test_attachments_do_not_block_deletion(
         self, cluster: EmulatedCluster, operator: OperatorThread, driver: Driver
     ) -> None:
-        pv = await bound_volume(cluster, operator)
+        pv = await released_while_attached(cluster, operator)
         name = pv["metadata"]["name"]
-        make_attachment(cluster, name)
-        await wait_until(lambda: "va-1" in operator.memo.caches.attachments, what="VA cached")
-        cluster.delete("persistentvolumeclaims", NAMESPACE, "data")
 
         await wait_for_gone(cluster, "persistentvolumes", name)
         assert not driver.state.volumes
