@@ -93,9 +93,12 @@ async def informers(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
     await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
     api: kube.KubeClient = memo.api
+    # The PVs were listed into the cache by `lifecycle` a moment ago: watch on from that list.
+    primed = (getattr(memo, "primed_versions", None) or {}).get(kube.VOLUMES.plural)
+    known = [object_key(pv) for pv in memo.caches.volumes] if primed else []
     running = [
-        Informer(api, resource, _feeding(memo, handler))
-        for resource, handler in ((kube.VOLUMES, volumes), (kube.CLAIMS, claims))
+        Informer(api, kube.VOLUMES, _feeding(memo, volumes), since=primed, known=known),
+        Informer(api, kube.CLAIMS, _feeding(memo, claims)),
     ]
     memo.informers = running
 

@@ -117,7 +117,7 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
 async def _start_caches(memo: kopf.Memo, api: kube.KubeClient, config: Settings) -> None:
     """The caches, primed (`memo.caches`), and their periodic resync."""
     memo.caches = caches = Caches()
-    await _prime(api, caches)
+    memo.primed_versions = await _prime(api, caches)
     if config.kube.cache_resync > 0:
         resync = asyncio.create_task(_resync(memo, config.kube.cache_resync), name="cache-resync")
         memo.stoppers.append(_cancel(resync))
@@ -133,10 +133,15 @@ def _primed_kinds(caches: Caches) -> dict[kube.Resource, Cache]:
     }
 
 
-async def _prime(api: kube.KubeClient, caches: Caches) -> None:
-    """One LIST per cached kind before any controller starts (the Go WaitForCacheSync)."""
-    for resource, cache in _primed_kinds(caches).items():
-        await _prime_kind(api, resource, cache)
+async def _prime(api: kube.KubeClient, caches: Caches) -> dict[str, str]:
+    """One LIST per cached kind before any controller starts (the Go WaitForCacheSync).
+
+    Returns each kind's list resourceVersion: the PV informer watches on from there instead of
+    listing every PV a second time (`handlers.caches`)."""
+    return {
+        resource.plural: await _prime_kind(api, resource, cache)
+        for resource, cache in _primed_kinds(caches).items()
+    }
 
 
 async def _resync(memo: kopf.Memo, interval: float) -> None:
@@ -167,18 +172,24 @@ async def _resync(memo: kopf.Memo, interval: float) -> None:
 
 async def _prime_kind(
     api: kube.KubeClient, resource: kube.Resource, cache: Cache, *, delay: float = 0.2
-) -> None:
+) -> str:
     """LIST one kind into its cache, retried until it succeeds, as a client-go reflector does.
 
     A transient API error here would otherwise fail the start-up handler, which kopf retries
     only after a minute: a single 5xx at start-up stopped all work for 60 s (chaos suite).
-    Objects stored by a failed attempt and absent from the complete LIST are dropped again.
+    Objects stored by a failed attempt (or a pass the pager started over) and absent from the
+    complete LIST are dropped again. Returns the complete LIST's resourceVersion.
     """
     stored: set[str] = set()
     while True:
         seen: set[str] = set()
+        versions: list[str] = []
         try:
-            async for page in api.pages(resource):  # one page in memory at a time
+            async for page in api.pages(resource, versions=versions):  # a page at a time
+                if len(versions) > 1:  # the pager started over (an expired continue token)
+                    del versions[:-1]
+                    stored |= seen
+                    seen = set()
                 for obj in page:
                     cache.store(obj)
                     seen.add(object_key(obj))
@@ -191,7 +202,7 @@ async def _prime_kind(
         for key in stored - seen:
             if (gone := cache.get(key)) is not None:
                 cache.remove(gone)
-        return
+        return versions[-1] if versions else ""
 
 
 @kopf.on.cleanup(id="lifecycle.disconnect")

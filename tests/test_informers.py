@@ -8,7 +8,10 @@ We test these aspects:
 - an API error is logged and retried, and the informer carries on;
 - a deletion found by a relist reaches the controllers with the last cached state;
 - the operator watches claims and PVs through them, not through kopf (no kopf handler for
-  either kind), once every start-up handler has run.
+  either kind), once every start-up handler has run;
+- an informer given a LIST someone made (`since`, `known`) does not list again: it watches on
+  from there, so the operator lists PVs once at start-up, and still sees every later change
+  (and, after a 410, the deletions among the keys it was given).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import structlog
 
 from kopf_csi import kube, modules, runtime
 from kopf_csi.informers import Informer
+from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.operator import running_operator
 
 from .conftest import until
 
@@ -230,3 +235,46 @@ async def test_a_deletion_found_by_a_relist_reaches_the_controllers_with_the_las
         ({"metadata": {"name": "pv-1", "resourceVersion": "5"}, "spec": pv["spec"]}, True)
     ]
     assert "pv-1" not in memo.caches.volumes
+
+
+async def test_given_a_list_it_watches_on_from_there_without_listing(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    cluster.create(PVCS, claim("listed"), namespace="default")
+    listed = [page async for page in api.pages(kube.CLAIMS)]
+    version = cluster.resource_version
+    cluster.create(PVCS, claim("after"), namespace="default")  # between the list and the watch
+    recorder = Seen()
+    informer = Informer(
+        api, kube.CLAIMS, recorder, since=str(version), known=["default/listed"], timeout=1
+    )
+    assert informer.synced.is_set()
+    informer.start()
+    try:
+        await recorder.until(1)
+        cluster.delete(PVCS, "default", "listed")
+        await recorder.until(2)
+    finally:
+        await informer.stop()
+    assert len(listed) == 1
+    assert recorder.events == [("ADDED", "after", None), ("DELETED", "listed", None)]
+    assert cluster.requests.count(verb="list", resource=PVCS) == 1  # ours above, not its
+
+
+async def test_the_operator_lists_volumes_once_at_start_up(
+    cluster: EmulatedCluster, settings: Settings, driver: Any
+) -> None:
+    def volume(name: str) -> dict[str, Any]:
+        csi = {"driver": "other.example.com", "volumeHandle": name}
+        return {"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"}, "csi": csi}}
+
+    for n in range(3):
+        cluster.create("persistentvolumes", volume(f"pv-{n}"))
+    async with running_operator(settings=settings, modules=modules.DEFAULT_MODULES) as operator:
+        caches = operator.memo.caches
+        assert {pv["metadata"]["name"] for pv in caches.volumes} == {"pv-0", "pv-1", "pv-2"}
+        await until(lambda: cluster.requests.count(verb="watch", resource="persistentvolumes"))
+        cluster.create("persistentvolumes", volume("pv-new"))
+        cluster.delete("persistentvolumes", None, "pv-0")
+        await until(lambda: "pv-new" in caches.volumes and "pv-0" not in caches.volumes)
+    assert cluster.requests.count(verb="list", resource="persistentvolumes") == 1

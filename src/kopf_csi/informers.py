@@ -12,14 +12,16 @@ gap as DELETED. Errors are logged and retried with a backoff, forever, until can
 
 Each listed object is passed as ADDED, as kopf passes its initial listing; a DELETED object
 found only by a relist is passed as a stub (`metadata.name`, `metadata.namespace`): its last
-state is not kept here.
+state is not kept here. An informer given `since` (a LIST someone else has just made and
+passed on, with the keys it held as `known`) skips its first LIST and watches on from there:
+the PVs are listed once at start-up, not twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -49,15 +51,19 @@ class Informer:
         on_event: OnEvent,
         *,
         timeout: int = kube.WATCH_TIMEOUT,
+        since: str | None = None,
+        known: Iterable[str] = (),
     ) -> None:
         self.api = api
         self.resource = resource
         self.on_event = on_event
         self.timeout = timeout
         self.synced = asyncio.Event()  # the first LIST has been passed on
-        self._known: set[str] = set()  # the keys of the objects that exist, as far as we know
-        self._version: str | None = None  # the last resourceVersion passed on; None: relist
+        self._known: set[str] = set(known)  # the keys of the objects that exist, as we know
+        self._version: str | None = since or None  # the last version passed on; None: relist
         self._task: asyncio.Task[None] | None = None
+        if self._version is not None:
+            self.synced.set()  # listed already, by whoever passed `since`
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name=f"informer {self.resource.plural}")

@@ -3,7 +3,8 @@
 We test these aspects:
 - a LIST that fails at start-up (5xx) is retried within a second, not after kopf's one-minute
   retry of a failed start-up handler: the operator is ready and provisions a claim at once;
-- objects stored by a failed attempt that the complete LIST no longer has are dropped again;
+- objects stored by a failed attempt (or a pass the pager started over) that the complete
+  LIST no longer has are dropped again, and the complete LIST's resourceVersion is returned;
 - reading the in-flight journal at start-up (5xx) is retried the same way, and the provisioner
   starts once (a failed start-up handler would be re-run over the queues it started);
 - each journal record's claim is read with its own retries: one 5xx among hundreds of reads
@@ -83,19 +84,43 @@ class _FlakyAPI:
     def __init__(self) -> None:
         self.attempts = 0
 
-    async def pages(self, resource: kube.Resource) -> AsyncIterator[list[dict[str, Any]]]:
+    async def pages(
+        self, resource: kube.Resource, *, versions: list[str]
+    ) -> AsyncIterator[list[dict[str, Any]]]:
         self.attempts += 1
+        versions.append(f"v{self.attempts}")
         if self.attempts == 1:
             yield [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]
             raise kube.KubeError("etcd timeout", status=504)
         yield [{"metadata": {"name": "a"}}, {"metadata": {"name": "c"}}]
 
 
+class _RestartingPager:
+    """One list whose continue token expired after the first page: the pager starts over."""
+
+    async def pages(
+        self, resource: kube.Resource, *, versions: list[str]
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        versions.append("v1")
+        yield [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]
+        versions.append("v2")  # b was deleted before the list started over
+        yield [{"metadata": {"name": "a"}}]
+        yield [{"metadata": {"name": "c"}}]
+
+
 async def test_objects_only_a_failed_attempt_saw_are_dropped() -> None:
     api, cache = _FlakyAPI(), Cache()
-    await _prime_kind(api, kube.VOLUMES, cache, delay=0.01)  # type: ignore[arg-type]
+    version = await _prime_kind(api, kube.VOLUMES, cache, delay=0.01)  # type: ignore[arg-type]
     assert api.attempts == 2
     assert sorted(obj["metadata"]["name"] for obj in cache) == ["a", "c"]
+    assert version == "v2"  # the complete list's: the PV informer watches on from there
+
+
+async def test_objects_only_a_restarted_pass_saw_are_dropped() -> None:
+    cache = Cache()
+    version = await _prime_kind(_RestartingPager(), kube.VOLUMES, cache)  # type: ignore[arg-type]
+    assert sorted(obj["metadata"]["name"] for obj in cache) == ["a", "c"]
+    assert version == "v2"
 
 
 class _FlakyReads:
