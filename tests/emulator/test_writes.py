@@ -8,12 +8,16 @@ strategic-merge patch kubernetes-asyncio sends by default; PUT replaces (what le
 ``metadata.managedFields``: one entry per manager and subresource, the manager taken from
 ``fieldManager`` or else the User-Agent up to its first ``/``; the storage-protection
 finalizers every new claim and volume gets from admission; every write attempted, over HTTP
-or the Python API, is counted by field manager, verb and resource.
+or the Python API, is counted by field manager, verb and resource; with `write_latency`, an
+HTTP write waits that long (a real server's etcd round trip) while reads and other clients
+are served meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -289,3 +293,20 @@ def test_custom_resources_refuse_strategic_merge_patches(cluster: EmulatedCluste
         "volumesnapshots", "default", "snap", {"metadata": {"labels": {"a": "b"}}}
     )
     assert merged["metadata"]["labels"] == {"a": "b"}
+
+
+async def test_write_latency_holds_the_writer_not_the_server(
+    cluster: EmulatedCluster, core: client.CoreV1Api
+) -> None:
+    cluster.write_latency = 1.0
+    started = time.monotonic()
+    write = asyncio.create_task(
+        core.create_namespaced_persistent_volume_claim("default", claim("a"))
+    )
+    await asyncio.sleep(0.1)
+    listed = await core.list_namespaced_persistent_volume_claim("default")  # served meanwhile
+    assert not write.done()
+    assert listed.items == []  # the write is applied after its wait, not before
+    await write
+    assert time.monotonic() - started >= 1.0
+    assert [c["metadata"]["name"] for c in cluster.objects(PVCS)] == ["a"]

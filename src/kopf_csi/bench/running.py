@@ -95,6 +95,8 @@ class Options:
     """Scale mode: trace the operator's allocations (frames kept) and report the top sites."""
     log_level: str = "INFO"
     """The operator's log level: `kopf-csi run`'s default, as deployed."""
+    write_latency: float = 0.0
+    """Seconds each of the operator's writes waits before the emulated API applies it."""
 
 
 # -- the environment ---------------------------------------------------------------------------
@@ -236,7 +238,7 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
     failed = True
     try:
         async with (
-            MeasuredCluster() as cluster,
+            MeasuredCluster(write_latency=options.write_latency) as cluster,
             # KCM is its own process on a real cluster: it never holds the API server up for a
             # whole pass, so here it lets the emulated API serve others after each object.
             ControllerManager(cluster, yield_every=1) as kcm,
@@ -304,6 +306,7 @@ def _config(options: Options, env: _Env, **extra: Any) -> dict[str, Any]:
         "machine": platform.machine(),
         "workers": options.workers,
         "driver_durable": False,
+        "write_latency": options.write_latency,
         **extra,
     }
 
@@ -1024,6 +1027,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="the operator's log level (INFO, as `kopf-csi run` by default)",
     )  # fmt: skip
+    parser.add_argument(
+        "--write-latency", type=float, default=0.0, metavar="SECONDS",
+        help="each HTTP write waits this long, as for a real server's etcd (e.g. 0.002)",
+    )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
     logs.configure(level="WARNING", json=False)
@@ -1039,6 +1046,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         profile=args.profile,
         tracemalloc=args.tracemalloc,
         log_level=args.log_level,
+        write_latency=args.write_latency,
     )
     try:
         result = asyncio.run(run(options, Progress(enabled=not args.no_progress)))

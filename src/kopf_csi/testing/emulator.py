@@ -459,6 +459,9 @@ def _verb(method: str, target: _Target, params: Mapping[str, str]) -> str | None
     return verbs.get(method)
 
 
+_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
 class EmulatedCluster:
     """An emulated API server: ``async with EmulatedCluster() as cluster: cluster.url``."""
 
@@ -473,8 +476,12 @@ class EmulatedCluster:
         namespaces: tuple[str, ...] = ("default", "kube-system"),
         storage_protection: bool = True,  # the StorageObjectInUseProtection admission plugin
         authorizer: Authorizer | None = None,  # None: no authentication, everything allowed
+        write_latency: float = 0.0,  # seconds an HTTP write waits before it is applied
     ) -> None:
         self.host, self.port = host, port
+        self.write_latency = write_latency
+        """A real server's write waits for etcd (about 1-5 ms): the writer waits, the server
+        serves others meanwhile. Zero here answers in microseconds."""
         self.storage_protection = storage_protection
         self.authorizer = authorizer
         self.bookmark_interval = bookmark_interval
@@ -977,6 +984,8 @@ class EmulatedCluster:
             )
             if refusal is not None:
                 return aiohttp.web.json_response(refusal, status=refusal["code"], dumps=_dumps)
+        if self.write_latency and request.method in _WRITE_METHODS:
+            await asyncio.sleep(self.write_latency)
         target = _parse_path(request.path)
         if target is None:
             if len(request.path) > 1 and request.path.endswith("/"):  # kmock wants "/api/v1"
