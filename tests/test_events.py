@@ -104,7 +104,8 @@ async def test_a_full_queue_drops_events_with_a_warning(
             for n in range(5):  # the sender has not run yet: all five wait at once
                 await recorder.post(CLAIM, type_=events.NORMAL, reason=f"R{n}", message="m")
             await recorder.flush()
-    assert [e["event"] for e in logs] == ["event_dropped", "event_dropped"]
+    assert [(e["event"], e["dropped"]) for e in logs] == [("events_dropped", 1)]  # said once
+    assert recorder.dropped == 2
     assert {e["reason"] for e in cluster.objects("events", namespace="default")} == {
         "R0", "R1", "R2",
     }  # fmt: skip

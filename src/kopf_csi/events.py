@@ -41,6 +41,7 @@ REPEAT_WINDOW = 600.0  # seconds: client-go's correlator aggregates within 10 mi
 MAX_REMEMBERED = 4096
 MAX_QUEUED = 10_000  # events waiting per recorder (about 1.5 KB each)
 SENDERS = 8  # concurrent POSTs per recorder
+DROPS_PER_WARNING = 1000
 
 log = structlog.get_logger("kopf_csi.events")
 
@@ -94,6 +95,7 @@ class Recorder:
             collections.deque() for _ in range(SENDERS)
         ]
         self._senders: list[asyncio.Task[None] | None] = [None] * SENDERS
+        self.dropped = 0  # events dropped because MAX_QUEUED were waiting
         _recorders.add(self)
 
     @property
@@ -105,7 +107,9 @@ class Recorder:
         """Queue an event about `obj`; it is posted in the background (see the module)."""
         uid = str(obj.get("metadata", {}).get("uid", ""))
         if (queued := self.queued) >= MAX_QUEUED:
-            log.warning("event_dropped", reason=reason, object_uid=uid, queued=queued)
+            self.dropped += 1
+            if self.dropped % DROPS_PER_WARNING == 1:  # the first, then one per thousand
+                log.warning("events_dropped", reason=reason, queued=queued, dropped=self.dropped)
             return
         body = self._event(obj, type_=type_, reason=reason, message=message)
         shard = hash(uid) % SENDERS  # one object, one sender: its events stay in order
@@ -124,7 +128,11 @@ class Recorder:
     async def _send_queued(self, shard: int) -> None:
         queue = self._queues[shard]
         while queue:
-            await self._send(queue.popleft())
+            queued = queue.popleft()
+            try:
+                await self._send(queued)
+            except Exception:  # a bug here must not strand the events queued behind this one
+                log.exception("event_not_posted", reason=queued.key[2], object_uid=queued.key[0])
 
     async def _send(self, queued: _Queued) -> None:
         key, body = queued.key, queued.body
