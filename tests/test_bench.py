@@ -10,7 +10,9 @@ We test these aspects:
 - the progress display writes lines while it runs (not on a terminal here);
 - a scale run (30 pairs) has the operator list every pair, write nothing, and report its memory;
 - an attach run (20 VolumeAttachments over 10 nodes) attaches every one through the driver,
-  detaches every one, and reports the same figures as a claims run.
+  detaches every one, and reports the same figures as a claims run;
+- issue 13's burst targets are computed from the phases' figures (every client's writes of
+  both phases, CPU of both, the first PV after its own claim) against the Go sidecars'.
 
 No figure is compared with a target here: a loaded CI machine would make that flaky.
 """
@@ -24,7 +26,13 @@ import pathlib
 from kopf_csi.bench import Options, run_attach, run_claims, run_scale
 from kopf_csi.bench.procfs import MiB
 from kopf_csi.bench.progress import Progress
-from kopf_csi.bench.report import format_attach, format_claims, format_scale, percentile
+from kopf_csi.bench.report import (
+    burst_targets,
+    format_attach,
+    format_claims,
+    format_scale,
+    percentile,
+)
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -151,3 +159,19 @@ async def test_attach_run_attaches_and_detaches_every_attachment(tmp_path: pathl
     lines = stream.getvalue().splitlines()
     assert any(line.startswith("attach") for line in lines)
     assert any(line.startswith("detach") for line in lines)
+
+
+def test_burst_targets_are_judged_against_the_go_sidecars() -> None:
+    provision = {
+        "seconds_to_volumes": 0.6, "first_volume_after_its_claim": 0.12,
+        "cpu_ms_per_volume": 3.0, "writes": {"all": {"POST pv": 1.0, "PUT pvc": 8.2}},
+    }  # fmt: skip
+    delete = {"cpu_ms_per_volume": 2.5, "writes": {"all": {"DELETE pv": 1.0, "PUT pv": 5.0}}}
+    judged = {t["name"]: t for t in burst_targets(provision, delete, rss_peak=70 * MiB)}
+    assert {name: (t["measured"], t["limit"], t["ok"]) for name, t in judged.items()} == {
+        "all PVs of the burst exist": (0.6, 1.61, True),
+        "first PV after its claim": (0.12, 0.1, False),
+        "CPU per volume, create + delete": (5.5, 14.0, True),
+        "peak RSS through the burst": (70.0, 115.0, True),
+        "every client's writes, create + delete": (15.2, 15.9, True),
+    }

@@ -148,6 +148,34 @@ def requests_summary(counts: Mapping[tuple[str, str], int], volumes: int) -> dic
     }
 
 
+# Issue 13, 200 claims at once on a real v1.36 server (real-apiserver.md): the Go sidecars'
+# figures, and the targets set against them.
+BURST_CLAIMS = 200
+GO_BURST_ALL_PVS_S = 1.61  # all 200 PVs exist (goal: half)
+BURST_FIRST_PV_S = 0.1  # the first PV after its claim (Go: 0.05 s)
+GO_BURST_CPU_MS = 14.0  # the four Go sidecars, create + delete (6.6 + 7.5)
+BURST_RSS_MIB = 115.0  # half the four Go sidecars' 230 MiB
+GO_BURST_WRITES = 15.9  # every client's writes per volume with Go, create + delete (9 + 6.9)
+
+
+def burst_targets(
+    provision: Mapping[str, Any], delete: Mapping[str, Any], rss_peak: int
+) -> list[dict[str, Any]]:
+    """Issue 13's targets for the 200-claim burst, from the phases' figures."""
+    writes = sum(provision["writes"]["all"].values()) + sum(delete["writes"]["all"].values())
+    cpu = provision["cpu_ms_per_volume"] + delete["cpu_ms_per_volume"]
+    return [
+        target("all PVs of the burst exist", provision["seconds_to_volumes"],
+               GO_BURST_ALL_PVS_S, "s"),
+        target("first PV after its claim", provision["first_volume_after_its_claim"],
+               BURST_FIRST_PV_S, "s"),
+        target("CPU per volume, create + delete", cpu, GO_BURST_CPU_MS, "ms/volume"),
+        target("peak RSS through the burst", rss_peak / MiB, BURST_RSS_MIB, "MiB"),
+        target("every client's writes, create + delete", writes, GO_BURST_WRITES,
+               "writes/volume"),
+    ]  # fmt: skip
+
+
 def target(name: str, measured: float, limit: float, unit: str) -> dict[str, Any]:
     """A target as "measured < limit" (`at most` for writes: `<=`)."""
     ok = measured <= limit if unit == "writes/volume" else measured < limit

@@ -555,6 +555,8 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
                 ),
             ],
         }
+        if n == report.BURST_CLAIMS:  # the burst measured on the real server (issue 13)
+            result["targets"] += report.burst_targets(provision, delete, end.hwm)
     return result
 
 
