@@ -35,11 +35,15 @@ per volume are the real server's (docs/benchmarks.md, "Watch traffic per volume"
 
 Left out: static binding of claim-less PVs to claims by class/size/modes, in-tree
 provisioning/deletion/recycling, CSI migration, multi-attach checks, waiting for kubelet to
-unmount before detaching, node annotations (``controller-managed-attach-detach``), and event
-aggregation (each distinct event is posted once, where KCM re-posts it on every resync).
+unmount before detaching, and node annotations (``controller-managed-attach-detach``).
+
+Events: each distinct one is posted once; at a resync, a claim still pending gets its event
+again, which client-go's correlator sends as a PATCH of the first (``count`` + 1).
 
 How it runs: in-process on the emulator's change feed, as one asyncio task. Every batch of
-changes updates local caches (the informers) and triggers one synchronous pass. The PV
+changes updates local caches (the informers) and triggers one pass: synchronous by default
+(atomic for the emulator), or with ``yield_every`` letting the API serve others between
+objects, as a KCM in its own process never holds the API server up. The PV
 controller and the protection controllers sync only what the batch touched, as the real ones
 work through queues of changed objects: a changed claim, the volume it names and the volume
 naming it; a changed volume and the claim its claimRef names; the claims of a changed pod; and
