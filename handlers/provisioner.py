@@ -119,14 +119,15 @@ def _start_backend(memo: kopf.Memo, registration: Registration) -> None:
         name=name,
     )
     served = _serve(memo, provisioner)
-    log.info("provisioner_registered", provisioner=name)
+    late = runtime.is_started(memo)  # the watch has passed on the claims that exist already
+    log.info("provisioner_registered", provisioner=name, late=late)
 
     async def run() -> None:
         if runtime.settings_from_memo(memo).leader_election.enabled:
             # The Go library's lock name, unlike external-provisioner's: not sanitized further.
             lease = name.replace("/", "-")
             await runtime.elect(memo, leases={lease: registration.manager})
-        await _run(memo, served)
+        await _run(memo, served, list_claims=late)
 
     task = asyncio.create_task(run(), name=f"provisioner-{name}")
     memo.stoppers.append(_cancel_start(task))
@@ -161,8 +162,13 @@ def _serve(memo: kopf.Memo, provisioner: Provisioner) -> Served:
     return served
 
 
-async def _run(memo: kopf.Memo, served: Served) -> None:
-    """Start the queues, with the primed volumes and the claims the journal says are unfinished."""
+async def _run(memo: kopf.Memo, served: Served, *, list_claims: bool = False) -> None:
+    """Start the queues, with the primed volumes and the claims the journal says are unfinished.
+
+    With `list_claims` (a back end registered after start-up, which missed the claims the
+    watch passed on before it subscribed), every claim is listed once: they would wait for a
+    change otherwise.
+    """
     served.claims.start()
     served.volumes.start()
     served.sources.start()
@@ -171,6 +177,24 @@ async def _run(memo: kopf.Memo, served: Served) -> None:
         served.volumes.add(object_key(volume))
     for key in await _resume(served.provisioner):  # claims whose CreateVolume may have run
         served.claims.add(key)
+    if list_claims:
+        await _list_claims(memo, served)
+
+
+async def _list_claims(memo: kopf.Memo, served: Served, *, delay: float = 0.2) -> None:
+    """Pass every claim to this provisioner's listener, as the watch would have; retried."""
+    changed = _claim_changed(memo, served)
+    while True:
+        try:
+            async for page in memo.api.pages(kube.CLAIMS):
+                for claim in page:
+                    changed(claim, False)
+        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+            log.warning("claims_list_retry", provisioner=served.provisioner.name, error=str(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        else:
+            return
 
 
 def _cancel_start(task: asyncio.Task[None]) -> Callable[[], Awaitable[None]]:

@@ -33,6 +33,7 @@ __all__ = [
     "connection_info",
     "elect",
     "is_standby",
+    "is_started",
     "lead",
     "mark_started",
     "notify",
@@ -151,6 +152,11 @@ async def all_started(memo: Any) -> None:
     `modules.load`: nothing would ever say so)."""
     if STARTED_HANDLER_ID in startup_handler_ids(memo):
         await _started(memo).wait()
+
+
+def is_started(memo: Any) -> bool:
+    """Every start-up handler has run: the watches are passing events on already."""
+    return _started(memo).is_set()
 
 
 def _started(memo: Any) -> asyncio.Event:
