@@ -295,7 +295,8 @@ def format_claims(report: Mapping[str, Any]) -> str:
     lines = [
         f"kopf-csi benchmark: {config['claims']} claims, class {config['storage_class']}, "
         f"{config['workers']} workers, driver durable={config['driver_durable']}, "
-        f"write latency {config.get('write_latency', 0) * 1000:g} ms",
+        f"write latency {config.get('write_latency', 0) * 1000:g} ms"
+        f"{', TLS' if config.get('tls') else ''}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
         f"  operator modules: {', '.join(config['operator_modules'])}",

@@ -97,6 +97,8 @@ class Options:
     """The operator's log level: `kopf-csi run`'s default, as deployed."""
     write_latency: float = 0.0
     """Seconds each of the operator's writes waits before the emulated API applies it."""
+    tls: bool = False
+    """The emulated API over HTTPS, as a real server (the operator pays for TLS)."""
 
 
 # -- the environment ---------------------------------------------------------------------------
@@ -238,7 +240,7 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
     failed = True
     try:
         async with (
-            MeasuredCluster(write_latency=options.write_latency) as cluster,
+            MeasuredCluster(write_latency=options.write_latency, tls=options.tls) as cluster,
             # KCM is its own process on a real cluster: it never holds the API server up for a
             # whole pass, so here it lets the emulated API serve others after each object.
             ControllerManager(cluster, yield_every=1) as kcm,
@@ -307,6 +309,7 @@ def _config(options: Options, env: _Env, **extra: Any) -> dict[str, Any]:
         "workers": options.workers,
         "driver_durable": False,
         "write_latency": options.write_latency,
+        "tls": options.tls,
         **extra,
     }
 
@@ -1033,6 +1036,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--write-latency", type=float, default=0.0, metavar="SECONDS",
         help="each HTTP write waits this long, as for a real server's etcd (e.g. 0.002)",
     )  # fmt: skip
+    parser.add_argument("--tls", action="store_true", help="the emulated API over HTTPS")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
     logs.configure(level="WARNING", json=False)
@@ -1049,6 +1053,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         tracemalloc=args.tracemalloc,
         log_level=args.log_level,
         write_latency=args.write_latency,
+        tls=args.tls,
     )
     try:
         result = asyncio.run(run(options, Progress(enabled=not args.no_progress)))

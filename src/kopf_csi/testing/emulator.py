@@ -23,12 +23,14 @@ or replayed" hold without locks. Call the Python-level API from the cluster's lo
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import dataclasses
 import datetime
 import json
 import logging
 import random
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -460,6 +462,13 @@ def _verb(method: str, target: _Target, params: Mapping[str, str]) -> str | None
 
 
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+TLS_DIR = Path(__file__).parent / "tls"
+
+
+def _server_tls() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(TLS_DIR / "server.crt", TLS_DIR / "server.key")
+    return context
 
 
 class EmulatedCluster:
@@ -477,8 +486,10 @@ class EmulatedCluster:
         storage_protection: bool = True,  # the StorageObjectInUseProtection admission plugin
         authorizer: Authorizer | None = None,  # None: no authentication, everything allowed
         write_latency: float = 0.0,  # seconds an HTTP write waits before it is applied
+        tls: bool = False,  # HTTPS with the test certificate (testing/tls), as a real server
     ) -> None:
         self.host, self.port = host, port
+        self.tls = tls
         self.write_latency = write_latency
         """A real server's write waits for etcd (about 1-5 ms): the writer waits, the server
         serves others meanwhile. Zero here answers in microseconds."""
@@ -519,7 +530,9 @@ class EmulatedCluster:
         server = aiohttp.web.Server(self._on_request, handler_cancellation=True, access_log=None)
         self._runner = aiohttp.web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = aiohttp.web.TCPSite(self._runner, self.host, self.port)
+        site = aiohttp.web.TCPSite(
+            self._runner, self.host, self.port, ssl_context=_server_tls() if self.tls else None
+        )
         await site.start()
         self.port = self._runner.addresses[0][1]
         for namespace in self._initial_namespaces:
@@ -542,7 +555,7 @@ class EmulatedCluster:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def resource_version(self) -> int:
@@ -556,7 +569,7 @@ class EmulatedCluster:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "emulated", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "emulated", "cluster": self._kubeconfig_cluster()}],
             "users": [{"name": "emulated", "user": {"token": token} if token else {}}],
             "contexts": [
                 {"name": "emulated", "context": {"cluster": "emulated", "user": "emulated"}}
@@ -566,6 +579,13 @@ class EmulatedCluster:
         path = Path(path)
         path.write_text(json.dumps(config, indent=2) + "\n")
         return path
+
+    def _kubeconfig_cluster(self) -> dict[str, str]:
+        cluster = {"server": self.url}
+        if self.tls:
+            authority = (TLS_DIR / "ca.crt").read_bytes()
+            cluster["certificate-authority-data"] = base64.b64encode(authority).decode()
+        return cluster
 
     # --- Python-level API (same write path as HTTP; returns copies) -------------------------
 
