@@ -374,8 +374,28 @@ async def test_a_resync_posts_a_pending_claims_event_again_as_a_patch(
     ]  # one event, counted
 
 
-def test_the_resync_period_is_kcms_default() -> None:
-    assert ControllerManager(EmulatedCluster()).resync_period == 15.0
+async def test_an_object_that_fails_is_synced_again_and_the_pass_goes_on(
+    cluster: EmulatedCluster, kcm: ControllerManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure on one object (a stale cache's 409, or a bug) neither stops the rest of the
+    pass nor forgets the object: it is synced again at the next pass."""
+    storage_class(cluster, "fast")
+    await kcm.settled()
+    original, failed = kcm._sync_claim, []
+
+    def flaky(obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"] == "a" and not failed:
+            failed.append(obj["metadata"]["name"])
+            raise RuntimeError("a bug")
+        original(obj)
+
+    monkeypatch.setattr(kcm, "_sync_claim", flaky)
+    claim(cluster, "a", storageClassName="fast")
+    claim(cluster, "b", storageClassName="fast")
+    await until(cluster, lambda: GA in annotations(cluster, "b"))
+    assert failed == ["a"]
+    storage_class(cluster, "other")  # any change: the next pass
+    await until(cluster, lambda: GA in annotations(cluster, "a"))
 
 
 async def test_a_pass_syncs_what_changed_not_the_whole_cluster(

@@ -238,7 +238,7 @@ class ControllerManager(StandIn):
                 self._dirty_claims.add(_key(obj))
                 if volume_name := _spec(obj).get("volumeName"):
                     self._dirty_volumes.add(("", volume_name))
-                self._dirty_volumes.update(self._claimed_keys(_key(obj)))
+                self._dirty_volumes.update(self._claimed.get(_key(obj), {}))
             elif plural == "persistentvolumes":
                 self._dirty_volumes.add(_key(obj))
                 if ref := _spec(obj).get("claimRef"):
@@ -277,18 +277,10 @@ class ControllerManager(StandIn):
                 return volume
         return None
 
-    def _claimed_keys(self, claim_key: tuple[str, str]) -> Iterator[tuple[str, str]]:
-        yield from self._claimed.get(claim_key, {})
-
-    def sync(self) -> None:
-        """One pass, synchronous (so atomic for the emulator): the PV and protection
-        controllers over what changed since the last pass (everything after a resync), the
-        scheduler and the attach/detach controller over every pod."""
-        for step in self._steps():
-            step()
-
     def _steps(self) -> Iterator[Callable[[], None]]:
-        """A pass, one object at a time (each read from the cache when its turn comes)."""
+        """A pass, one object at a time (each read from the cache when its turn comes): the PV
+        and protection controllers over what changed since the last pass (everything after a
+        resync), the scheduler and the attach/detach controller over every pod."""
         self.passes += 1
         resyncing, self._resync_due = self._resync_due, False
         if self._everything or resyncing:
@@ -322,8 +314,11 @@ class ControllerManager(StandIn):
         self._resyncing = resyncing
         try:
             fn(obj)
-        except StatusError as error:  # e.g. deleted meanwhile; synced again at the next pass
-            log.warning("kcm stand-in: %s %s: %s", fn.__name__, key[1], error)
+        except Exception as error:  # e.g. deleted meanwhile (a 404, a stale 409): next pass
+            if isinstance(error, StatusError):
+                log.warning("kcm stand-in: %s %s: %s", fn.__name__, key[1], error)
+            else:  # a bug of ours: said loudly, and the rest of the pass goes on
+                log.exception("kcm stand-in: %s %s failed", fn.__name__, key[1])
             (self._dirty_claims if plural == PVCS else self._dirty_volumes).add(key)
         finally:
             self._resyncing = False
@@ -627,7 +622,7 @@ class ControllerManager(StandIn):
         updated = self.cluster.replace(
             plural, meta.get("namespace"), meta["name"], body, manager=self.manager
         )
-        if updated["metadata"]["uid"] == meta["uid"] and updated["metadata"].get("finalizers"):
+        if updated["metadata"].get("finalizers"):  # else it is gone: the feed says so
             self._put(plural, updated)
 
     # --- Attach/detach controller --------------------------------------------------------
