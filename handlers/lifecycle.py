@@ -148,9 +148,10 @@ async def _resync(memo: kopf.Memo, interval: float) -> None:
     """Every `interval`, LIST the primed kinds again and drop the objects that are gone.
 
     kopf's watches start with a LIST of their own, after ours: an object deleted in between
-    never gets a DELETED event, and would stay cached (a VA "still attached", a PV "still
-    there"). The first round comes soon after the start, then one every `interval`. Each
-    dropped object is passed to the controllers as deleted (`runtime.notify`).
+    never gets a DELETED event, and would stay cached (a VA "still attached"). The first round
+    comes soon after the start, then one every `interval`. Each dropped object is passed to
+    the controllers as deleted (`runtime.notify`). Not the PVs: their informer watches on from
+    the priming LIST itself, and lists again (reporting the gap's deletions) after a 410.
     """
     caches: Caches = memo.caches
     delay = min(interval, RESYNC_FIRST_DELAY)
@@ -158,6 +159,8 @@ async def _resync(memo: kopf.Memo, interval: float) -> None:
         await asyncio.sleep(delay)
         delay = interval
         for resource, cache in _primed_kinds(caches).items():
+            if resource == kube.VOLUMES:
+                continue
             before = cache.mark()
             try:
                 listed = {object_key(obj) async for page in memo.api.pages(resource)

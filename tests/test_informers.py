@@ -184,9 +184,7 @@ async def test_a_failing_listener_is_logged_and_the_watch_goes_on(
     assert "informer_listener_failed" in [entry["event"] for entry in logs]
 
 
-async def test_an_api_error_is_retried(
-    cluster: EmulatedCluster, api: kube.KubeClient, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def test_an_api_error_is_retried(cluster: EmulatedCluster, api: kube.KubeClient) -> None:
     cluster.faults.add(500, verb="list", resource=PVCS, times=1)
     cluster.create(PVCS, claim("a"), namespace="default")
     recorder = Seen()
@@ -278,3 +276,51 @@ async def test_the_operator_lists_volumes_once_at_start_up(
         cluster.delete("persistentvolumes", None, "pv-0")
         await until(lambda: "pv-new" in caches.volumes and "pv-0" not in caches.volumes)
     assert cluster.requests.count(verb="list", resource="persistentvolumes") == 1
+
+
+async def test_an_event_that_always_fails_is_skipped_after_a_few_tries(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    """One bad object must not hold up every later event of its kind: its event is tried a
+    few times (a passing bug gets its retry), then skipped with an error."""
+    recorder = Seen()
+    tries: list[str] = []
+
+    async def listener(type_: str, obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"] == "poison":
+            tries.append(type_)
+            raise RuntimeError("a bug in the cache for this object")
+        await recorder(type_, obj)
+
+    informer = Informer(api, kube.CLAIMS, listener)
+    with structlog.testing.capture_logs() as logs:
+        informer.start()
+        try:
+            await watches(cluster, 1)
+            cluster.create(PVCS, claim("poison"), namespace="default")
+            cluster.create(PVCS, claim("after"), namespace="default")
+            await recorder.until(1)
+        finally:
+            await informer.stop()
+    assert recorder.events == [("ADDED", "after", None)]
+    assert tries == ["ADDED"] * 3
+    assert [e["event"] for e in logs].count("informer_event_skipped") == 1
+
+
+async def test_a_watch_that_ends_at_once_is_not_retried_in_a_tight_loop() -> None:
+    """A proxy that closes every watch at once with nothing in it: the informer backs off
+    (as client-go does after a very short watch) instead of spinning on the API."""
+
+    class Closing:
+        watches = 0
+
+        async def watch(self, *_: Any, **__: Any) -> AsyncIterator[dict[str, Any]]:
+            Closing.watches += 1
+            return
+            yield {}  # an async generator that ends at once
+
+    informer = Informer(Closing(), kube.CLAIMS, Seen(), since="1")  # type: ignore[arg-type]
+    informer.start()
+    await asyncio.sleep(1.0)
+    await informer.stop()
+    assert 2 <= Closing.watches <= 5  # 0.2, 0.4 s apart...: not thousands

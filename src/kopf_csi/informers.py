@@ -37,6 +37,7 @@ OnEvent = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 RETRY_FIRST = 0.2
 RETRY_MAX = 5.0
+EVENT_ATTEMPTS = 3  # tries of one watch event's handling before it is skipped
 
 log = structlog.get_logger("kopf_csi.informers")
 
@@ -62,6 +63,7 @@ class Informer:
         self._known: set[str] = set(known)  # the keys of the objects that exist, as we know
         self._version: str | None = since or None  # the last version passed on; None: relist
         self._task: asyncio.Task[None] | None = None
+        self._failing: tuple[str | None, int] = (None, 0)  # an event failing, and how often
         if self._version is not None:
             self.synced.set()  # listed already, by whoever passed `since`
 
@@ -83,8 +85,13 @@ class Informer:
                 if self._version is None:
                     self._version = await self._relist()
                     self.synced.set()
-                await self._follow()
-                delay = RETRY_FIRST
+                started = asyncio.get_running_loop().time()
+                if await self._follow() or asyncio.get_running_loop().time() - started > 1.0:
+                    delay = RETRY_FIRST
+                else:  # a watch that ended at once with nothing (a proxy?): not in a tight loop
+                    log.debug("watch_short", resource=self.resource.plural, delay=delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX)
             except kube.KubeError as exc:
                 if exc.status == 410:  # too old: list again (the gap's deletions come out)
                     log.debug("watch_expired", resource=self.resource.plural, error=str(exc))
@@ -121,17 +128,39 @@ class Informer:
         self._known = listed
         return versions[-1] if versions else ""  # the snapshot the last (complete) pass showed
 
-    async def _follow(self) -> None:
-        """One watch request, to its end, from `_version`, which follows every event."""
+    async def _follow(self) -> int:
+        """One watch request, to its end, from `_version`, which follows every event.
+
+        Returns how many events came. An event whose handling fails is retried (the watch
+        resumes from before it) up to `EVENT_ATTEMPTS` times, then skipped with an error:
+        one bad object must not hold up every later event of its kind."""
+        events = 0
         async for event in self.api.watch(
             self.resource, resource_version=self._version or "", timeout=self.timeout
         ):
+            events += 1
             obj = event.get("object") or {}
             seen = (obj.get("metadata") or {}).get("resourceVersion")
             if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                await self._deliver(str(event["type"]), obj)
+                try:
+                    await self._deliver(str(event["type"]), obj)
+                except Exception:
+                    if not self._gives_up_on(seen):
+                        raise  # `run` logs it; the watch resumes from before this event
+                    log.exception(
+                        "informer_event_skipped", resource=self.resource.plural,
+                        type=event["type"], resource_version=seen,
+                    )  # fmt: skip
             if seen:
                 self._version = str(seen)
+        return events
+
+    def _gives_up_on(self, version: str | None) -> bool:
+        """Count the failures of the event at `version` in a row: enough to skip it?"""
+        if version is None or version != self._failing[0]:
+            self._failing = (version, 0)
+        self._failing = (version, self._failing[1] + 1)
+        return version is None or self._failing[1] >= EVENT_ATTEMPTS
 
     async def _deliver(self, type_: str, obj: dict[str, Any]) -> None:
         if type_ == "DELETED":

@@ -5,7 +5,8 @@ We test these aspects:
   LIST began (it may be newer than the LIST's snapshot);
 - end to end: a VolumeAttachment left in the cache although the API has no such object (a
   "ghost", as after a restart race) is dropped by the operator's next resync, and the
-  controllers hear of it as deleted; real objects stay.
+  controllers hear of it as deleted; real objects stay; the PVs, which their informer keeps
+  current from the priming LIST on, are not listed again.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ async def test_a_ghost_attachment_is_dropped_and_real_ones_stay(
     await asyncio.sleep(0.5)  # more rounds: the real one stays
     assert "real" in caches.attachments
     assert ("real", True) not in heard
+    # The PVs are the informer's: no round lists them (it watches on from the priming LIST).
+    assert cluster.requests.count(verb="list", resource="persistentvolumes") == 1
 
 
 def test_the_setting_is_validated() -> None:
