@@ -138,3 +138,21 @@ async def test_a_burst_of_events_loses_none_and_keeps_each_objects_order(
     for event in posted:
         order.setdefault(event["involvedObject"]["uid"], []).append(event["reason"])
     assert set(map(tuple, order.values())) == {("First", "Second")}
+
+
+async def test_a_flush_that_times_out_gives_up_once_and_stops_the_senders(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    """At stop, an API that does not answer in time: one warning, and nothing goes on
+    posting against the client that is about to close."""
+    cluster.write_latency = 30.0  # no POST answers within the flush's time
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        for n in range(3):
+            await recorder.post(CLAIM, type_=events.NORMAL, reason=f"R{n}", message="m")
+        with structlog.testing.capture_logs() as logs:
+            await events.flush_all(timeout=0.2)
+        assert [(e["event"], e["queued"]) for e in logs] == [("events_not_posted", 2)]
+        assert recorder.queued == 0
+        assert all(s is None or s.done() for s in recorder._senders)
+    assert cluster.objects("events", namespace="default") == []

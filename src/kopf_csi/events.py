@@ -51,13 +51,14 @@ _recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 async def flush_all(timeout: float) -> None:
     """Post what every recorder has queued, within `timeout` seconds (before the API closes)."""
-    flushing = [recorder.flush() for recorder in list(_recorders)]
-    if flushing:
-        try:
-            await asyncio.wait_for(asyncio.gather(*flushing), timeout=timeout)
-        except TimeoutError:
-            queued = sum(recorder.queued for recorder in list(_recorders))
-            log.warning("events_not_posted", queued=queued)
+    recorders = list(_recorders)
+    try:
+        await asyncio.wait_for(asyncio.gather(*(r.flush() for r in recorders)), timeout=timeout)
+    except TimeoutError:
+        # Given up, said once: the senders must not go on against a client about to close.
+        log.warning("events_not_posted", queued=sum(r.queued for r in recorders))
+        for recorder in recorders:
+            await recorder.abandon()
 
 
 @dataclasses.dataclass
@@ -124,6 +125,15 @@ class Recorder:
         for shard in range(SENDERS):
             while (sender := self._senders[shard]) is not None and not sender.done():
                 await asyncio.shield(sender)
+
+    async def abandon(self) -> None:
+        """Drop what is queued and stop the senders (the API is going away)."""
+        for queue in self._queues:
+            queue.clear()
+        senders = [sender for sender in self._senders if sender is not None]
+        for sender in senders:
+            sender.cancel()
+        await asyncio.gather(*senders, return_exceptions=True)
 
     async def _send_queued(self, shard: int) -> None:
         queue = self._queues[shard]

@@ -274,6 +274,7 @@ async def test_a_volume_of_another_node_is_ignored_not_deleted(
     claim(cluster, "after")  # once this one is done, the Released PV has been seen too
     await until(lambda: bound_volume(cluster, "after"))
     await asyncio.sleep(0.5)
+    await operator.flush_events()  # events go out in the background: all posted by now
     assert cluster.get("persistentvolumes", None, "pv-elsewhere") is not None
     assert "pv-elsewhere" in directories(base)
     assert events_of(cluster, "pv-elsewhere", "VolumeFailedDelete") == []

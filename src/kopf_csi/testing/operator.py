@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 from kopf._cogs.structs.references import Insights  # private, but kopf is pinned exactly
 
-from kopf_csi import modules, runtime
+from kopf_csi import events, modules, runtime
 from kopf_csi.modules import DEFAULT_MODULES  # the canonical list; re-exported for tests
 from kopf_csi.settings import Settings
 
@@ -50,6 +50,7 @@ class OperatorThread:
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._insights = Insights()
         self.error: BaseException | None = None
         self.stop_reason: str | None = None  # why the operator stopped itself, if it did
@@ -59,7 +60,7 @@ class OperatorThread:
 
     def _run(self) -> None:
         _quiet_signal_warning()
-        loop = asyncio.new_event_loop()
+        loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(
@@ -106,6 +107,13 @@ class OperatorThread:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the operator did not scan the API in {self.start_timeout}s")
             await asyncio.sleep(0.01)
+
+    async def flush_events(self, timeout: float = 10.0) -> None:
+        """Wait until every event the operator has queued so far is posted (events go out in
+        the background): a test that asserts an event is absent asks this first."""
+        assert self._loop is not None, "the operator is not running"
+        done = asyncio.run_coroutine_threadsafe(events.flush_all(timeout=timeout), self._loop)
+        await asyncio.wrap_future(done)
 
     def request_stop(self, reason: str) -> None:
         """Stop from inside, as a signal would (thread-safe: it only sets kopf's stop flag)."""
