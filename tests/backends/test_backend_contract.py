@@ -5,8 +5,9 @@ We test: `should_provision` False leaves a claim alone (no event, no PV); `suppo
 lets Block claims through; `IN_BACKGROUND` keeps a deleted claim in progress until its volume is
 made, then released and deleted (nothing lost); an infeasible failure posts the library's
 message and is retried after the maximum delay; an exception (a bug) is retried without a
-failure event; a failed `delete` posts `VolumeFailedDelete` and is retried; `should_delete`
-False keeps a Released PV; the field manager of the back end's writes is the registered one;
+failure event, and a claim deleted meanwhile is still finished and deleted (nothing lost); a
+failed `delete` posts `VolumeFailedDelete` and is retried; `should_delete` False keeps a
+Released PV; the field manager of the back end's writes is the registered one;
 the provisioning metrics count the back end's volumes.
 """
 
@@ -99,6 +100,7 @@ async def test_a_claim_the_qualifier_declines_is_left_alone_and_block_goes_throu
     writers = {entry["manager"] for entry in volume["metadata"]["managedFields"]}
     assert "memory-provisioner" in writers
     await asyncio.sleep(0.3)
+    await operator.flush_events()  # events go out in the background: all posted by now
     assert events_of(cluster, "skipped", "Provisioning") == []
     assert phase(cluster, "persistentvolumeclaims", "skipped") == "Pending"
     assert list(state.MADE) == [block]
@@ -162,3 +164,17 @@ async def test_the_metrics_count_the_back_ends_volumes(
     await until(lambda: phase(cluster, "persistentvolumeclaims", "counted") == "Bound")
     text = operator.memo.metrics.exposition().decode()
     assert f'{names.METRIC_PROVISION_TOTAL}{{class="mem",source=""}} 1.0' in text
+
+
+async def test_a_claim_deleted_while_provision_raises_is_finished_and_deleted(
+    cluster: EmulatedCluster, kcm: Any, operator: OperatorThread
+) -> None:
+    """A bug (an exception) may leave half-made storage, as `IN_BACKGROUND` does: a claim
+    deleted meanwhile is provisioned to the end and its volume deleted, nothing left."""
+    state.SCRIPT["buggy"] = [OSError("disk hiccup")] * 3
+    volume = claim(cluster, "buggy")
+    await until(lambda: len(state.SCRIPT["buggy"]) < 3)  # its first attempt raised
+    cluster.delete("persistentvolumeclaims", NAMESPACE, "buggy")
+    await until(lambda: [volume] == state.DELETED, timeout=15)  # made, released, deleted
+    assert {volume: 1} == state.MADE
+    await until(lambda: cluster.get("persistentvolumes", None, volume) is None)

@@ -260,6 +260,11 @@ class Provisioner:
             return DONE
         except ProvisioningError as exc:
             return await self._handle_failure(key, claim, storage_class, exc, exc.state)
+        except Exception:
+            # A bug in the back end: retried by the queue (it logs it), no event; but it may
+            # have made storage already, so the claim is finished even if it is deleted.
+            self.in_progress[key] = claim
+            raise
         self._forget(key, claim)
         if self.observer is not None:
             class_name, source = claim_labels(claim)
