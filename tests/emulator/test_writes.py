@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from kopf_csi.testing.emulator import EmulatedCluster, StatusError
+from kopf_csi.testing.pytest_plugin import until
 
 PVCS = "persistentvolumeclaims"
 
@@ -298,15 +299,34 @@ def test_custom_resources_refuse_strategic_merge_patches(cluster: EmulatedCluste
 async def test_write_latency_holds_the_writer_not_the_server(
     cluster: EmulatedCluster, core: client.CoreV1Api
 ) -> None:
-    cluster.write_latency = 1.0
+    cluster.write_latency = 2.0
     started = time.monotonic()
     write = asyncio.create_task(
         core.create_namespaced_persistent_volume_claim("default", claim("a"))
     )
-    await asyncio.sleep(0.1)
+    await until(lambda: cluster.requests.count(verb="create", resource=PVCS))  # it has arrived
     listed = await core.list_namespaced_persistent_volume_claim("default")  # served meanwhile
     assert not write.done()
     assert listed.items == []  # the write is applied after its wait, not before
     await write
-    assert time.monotonic() - started >= 1.0
+    assert time.monotonic() - started >= 2.0
     assert [c["metadata"]["name"] for c in cluster.objects(PVCS)] == ["a"]
+
+
+def test_a_stale_write_of_a_grouped_kind_names_its_group_apart(cluster: EmulatedCluster) -> None:
+    """apimachinery's NewConflict: the group-qualified plural in the message, the group and
+    the plural apart in the details."""
+    body = {"metadata": {"name": "va"}, "spec": {"attacher": "d", "nodeName": "n"}}
+    created = cluster.create("volumeattachments", body)
+    cluster.patch("volumeattachments", None, "va", {"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(StatusError) as error:
+        cluster.replace("volumeattachments", None, "va", created)
+    status = error.value.status()
+    assert status["message"].startswith(
+        'Operation cannot be fulfilled on volumeattachments.storage.k8s.io "va": '
+    )
+    assert status["details"] == {
+        "name": "va",
+        "group": "storage.k8s.io",
+        "kind": "volumeattachments",
+    }

@@ -64,7 +64,7 @@ class StatusError(Exception):
         self.code = code
         self.message = message
         self.reason = reason or _REASONS.get(code, "Unknown")
-        self.details = dict(details or {})
+        self.details = None if details is None else dict(details)  # {}: sent, and empty
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -75,7 +75,7 @@ class StatusError(Exception):
             "message": self.message,
             "reason": self.reason,
         }
-        if self.details:
+        if self.details is not None:
             body["details"] = self.details
         body["code"] = self.code
         return body
@@ -85,18 +85,23 @@ REJECTED = "the server rejected our request due to an error in our request"
 """apimachinery's text for a 422 built from a server-side error (NewGenericServerResponse)."""
 
 
-def conflict(resource: str, name: str) -> StatusError:
+def conflict(plural: str, group: str, name: str) -> StatusError:
     """409 for a write against a stale resourceVersion, the real server's body byte for byte.
 
-    `resource` is the group-qualified plural (``persistentvolumes``,
-    ``volumeattachments.storage.k8s.io``), as apimachinery's ``NewConflict`` prints it.
+    As apimachinery's ``NewConflict``: the message names the group-qualified plural
+    (``volumeattachments.storage.k8s.io``), the details the group and the plural apart (the
+    group left out for the core group, as `omitempty` does).
     """
+    qualified = f"{plural}.{group}" if group else plural
+    details = (
+        {"name": name, "group": group, "kind": plural} if group else {"name": name, "kind": plural}
+    )
     return StatusError(
         409,
-        f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
+        f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
         "please apply your changes to the latest version and try again",
         reason="Conflict",
-        details={"name": name, "kind": resource},
+        details=details,
     )
 
 

@@ -36,6 +36,7 @@ import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.requestlog import Access, classify_named
 
 __all__ = [
@@ -244,12 +245,7 @@ def _quoted(text: str) -> str:
 
 
 def _status(code: int, reason: str, message: str, details: Body | None = None) -> Body:
-    body: Body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
-    body.update(message=message, reason=reason)
-    if details is not None:
-        body["details"] = details
-    body["code"] = code
-    return body
+    return StatusError(code, message, reason=reason, details=details).status()
 
 
 def forbidden(user: User, request: Request) -> Body:

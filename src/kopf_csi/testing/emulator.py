@@ -868,7 +868,7 @@ class EmulatedCluster:
             raise StatusError(422, "the result must be an object")
         meta = proposed.get("metadata") or {}
         if meta.get("resourceVersion") not in (None, "", old["metadata"]["resourceVersion"]):
-            raise apimachinery.conflict(kind.qualified, name)
+            raise apimachinery.conflict(kind.plural, kind.group, name)
         if meta.get("name", name) != name:
             raise StatusError(400, "the name of the object does not match the name in the URL")
         new = self._merge_write(kind, old, proposed, subresource)
