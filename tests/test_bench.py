@@ -175,3 +175,21 @@ def test_burst_targets_are_judged_against_the_go_sidecars() -> None:
         "peak RSS through the burst": (70.0, 115.0, True),
         "every client's writes, create + delete": (15.2, 15.9, True),
     }
+
+
+def test_a_socket_that_is_gone_belongs_to_nobody() -> None:
+    import os
+    import socket
+
+    from kopf_csi.bench.procfs import socket_owners
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        local = client.getsockname()[1]
+        pids = {"me": os.getpid()}
+        assert socket_owners([(local, port)], pids) == {(local, port): "me"}
+        client.close()
+        accepted.close()
+    assert socket_owners([(local, port)], pids) == {(local, port): "unknown"}

@@ -5,8 +5,9 @@
 - `_on_request` (the HTTP entry point) counts every request by client, verb and resource, and
   the error answers by status as well. The client is found from the connection's source
   port: the socket's inode in /proc/net/tcp, then which process holds it (`operator` or
-  `bench`); once per connection, new connections in batches 20 ms later (or when counts are
-  read), so that identifying them does not delay the requests being served.
+  `bench`); once per connection, the new connections of one turn of the loop in one batch at
+  the next turn (or when counts are read), so that identifying them does not delay the
+  requests being served.
 - `_commit` (every write, HTTP or Python-level, in commit order) time-stamps each claim's steps
   as they happen: created, its PV created, Bound, deleted, its PV deleted; and each
   VolumeAttachment's: created, attached, deleted (deletionTimestamp set), gone.
@@ -119,7 +120,7 @@ class MeasuredCluster(EmulatedCluster):
         self._errors: collections.Counter[tuple[Connection, str, str, int]] = collections.Counter()
         self._owners: dict[Connection, str] = {}
         self._unresolved: set[Connection] = set()
-        self._resolving: asyncio.TimerHandle | None = None
+        self._resolving: asyncio.Handle | None = None
 
     async def __aenter__(self) -> MeasuredCluster:
         await super().__aenter__()
@@ -190,8 +191,8 @@ class MeasuredCluster(EmulatedCluster):
         connection = (int(peer[1]), id(transport))
         if connection not in self._owners and connection not in self._unresolved:
             self._unresolved.add(connection)
-            if self._resolving is None:  # while the socket is surely open, off this request
-                self._resolving = asyncio.get_running_loop().call_later(0.02, self._resolve)
+            if self._resolving is None:  # the next turn: off this request, the socket open
+                self._resolving = asyncio.get_running_loop().call_soon(self._resolve)
         return connection
 
     def _resolve(self) -> None:
