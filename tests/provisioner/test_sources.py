@@ -350,7 +350,9 @@ async def test_a_lost_release_of_the_restored_snapshot_is_retried_at_once(
     await make_storage_class(cluster, operator)
     source_pv = await wait_for_bound(cluster, make_claim(cluster, "source"))
     await make_snapshot(cluster, csi_client, source_pv)
-    driver.faults.delay("CreateVolume", seconds=0.5, times=1)
+    # The release comes after CreateVolume: held long enough for the fault to be in place
+    # first, however busy the machine.
+    driver.faults.delay("CreateVolume", seconds=2.0, times=1)
     make_claim(cluster, "restored", data_source=FROM_SNAPSHOT)
 
     def protected() -> bool:
@@ -362,5 +364,6 @@ async def test_a_lost_release_of_the_restored_snapshot_is_retried_at_once(
         cluster.faults.add(409, verb="patch", resource="volumesnapshots", times=1)
     else:  # the real server's 422 for a failed `test` (a bare 422 is a real error)
         cluster.faults.lose_race("volumesnapshots")
-    await wait_until(lambda: not protected(), what="the snapshot released", timeout=3.0)
+    # At once, not 5 minutes later by the sweep.
+    await wait_until(lambda: not protected(), what="the snapshot released", timeout=30.0)
     assert len(cluster.faults) == 0  # the injected conflict was met

@@ -242,13 +242,15 @@ class GroupSnapshotController(SnapshotController):
         """`createSnapshotsForGroupSnapshotContent`: a snapshot and content per member."""
         infos = (content.get("status") or {}).get("volumeSnapshotInfoList") or []
         handle = (content.get("status") or {}).get("volumeGroupSnapshotHandle")
+        if not infos or not handle:
+            return  # not made yet: nothing to index the volumes for
         by_handle = {
             str((_spec(v).get("csi") or {}).get("volumeHandle")): v
             for v in self._cache["persistentvolumes"].values()
         }
         for info in infos:
             volume = by_handle.get(str(info.get("volumeHandle")))
-            if volume is None or not info.get("snapshotHandle") or not handle:
+            if volume is None or not info.get("snapshotHandle"):
                 continue
             snapshot_name, member_content = member_names(
                 str(_meta(content)["uid"]), str(_meta(volume)["uid"])
