@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from kopf_csi import names
-from kopf_csi.snapshotting import groups
+from kopf_csi.snapshotting import decisions, groups
+from kopf_csi.snapshotting.group_operations import GroupSnapshotter
 from kopf_csi.snapshotting.groups import Action
 
 DRIVER = "hostpath.csi.kopf.dev"
@@ -153,21 +154,26 @@ def test_status_arithmetic() -> None:
 
 
 def test_release_patch_is_guarded_and_drops_only_ours() -> None:
-    assert groups.release_patch(content()) == [
+    assert decisions.release_patch(content(), finalizer=GroupSnapshotter.finalizer) == [
         {"op": "test", "path": "/metadata/finalizers",
          "value": ["other", names.FINALIZER_GROUP_SNAPSHOT_CONTENT_BOUND]},
         {"op": "replace", "path": "/metadata/finalizers", "value": ["other"]},
     ]  # fmt: skip
     released = content()
     released["metadata"]["finalizers"] = ["other"]
-    assert groups.release_patch(released) is None
+    assert decisions.release_patch(released, finalizer=GroupSnapshotter.finalizer) is None
+
+
+def enqueued(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """The group controller's own rule: its annotation, the shared decision."""
+    return decisions.should_enqueue_change(old, new, own=GroupSnapshotter.being_created)
 
 
 def test_our_own_writes_are_not_enqueued() -> None:
     old = content()
     ours = content(status=HANDLED, annotations={names.ANN_GROUP_SNAPSHOT_BEING_CREATED: "yes"})
     ours["metadata"]["resourceVersion"] = "8"
-    assert not groups.should_enqueue_change(old, ours)
-    assert groups.should_enqueue_change(None, old)
-    assert groups.should_enqueue_change(old, content(deleting=True))
-    assert groups.should_enqueue_change(old, content(annotations=BEING_DELETED))
+    assert not enqueued(old, ours)
+    assert enqueued(None, old)
+    assert enqueued(old, content(deleting=True))
+    assert enqueued(old, content(annotations=BEING_DELETED))

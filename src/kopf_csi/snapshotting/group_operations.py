@@ -39,7 +39,6 @@ __all__ = ["GroupSnapshotter"]
 
 log = structlog.get_logger("kopf_csi.snapshotter")
 Body = Mapping[str, Any]
-"""Status writes lost to a concurrent writer, re-read and retried at once, before giving up."""
 
 
 def _rfc3339(when: datetime.datetime | None) -> str:
@@ -358,5 +357,3 @@ class GroupSnapshotter(ContentController):
             raise SnapshotError(message, content=content)
         self.contents.store(fresh)
         return fresh
-
-    # -- secrets -----------------------------------------------------------------------------------

@@ -41,9 +41,7 @@ __all__ = [
     "is_ready",
     "member_snapshot_ids",
     "next_action",
-    "release_patch",
     "should_delete",
-    "should_enqueue_change",
     "updated_status",
 ]
 
@@ -130,11 +128,6 @@ def group_snapshot_name(prefix: str, uid: str, uuid_length: int = -1) -> str:
     return snapshot_name(prefix, uid, uuid_length)
 
 
-def should_enqueue_change(old: Body | None, new: Body) -> bool:
-    """Ignore our own writes (status, finalizers, resourceVersion, our annotation)."""
-    return decisions.should_enqueue_change(old, new, own=names.ANN_GROUP_SNAPSHOT_BEING_CREATED)
-
-
 class Member:
     """One snapshot of the group as the driver answered it (plain values)."""
 
@@ -190,9 +183,3 @@ def cleared_status_patch() -> dict[str, Any]:
     """`clearGroupSnapshotContentStatus`: the group is gone from the driver."""
     gone = {"volumeGroupSnapshotHandle": None, "readyToUse": None, "creationTime": None}
     return {"status": {**gone, "error": None}}
-
-
-def release_patch(content: Body) -> list[dict[str, Any]] | None:
-    """`removeGroupSnapshotContentFinalizer`: drop only the bound-protection finalizer, guarded
-    by a `test` of the list it was computed from; None when it is not there."""
-    return decisions.release_patch(content, finalizer=names.FINALIZER_GROUP_SNAPSHOT_CONTENT_BOUND)

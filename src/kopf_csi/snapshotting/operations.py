@@ -315,8 +315,6 @@ class Snapshotter(ContentController):
         patch = [{"op": "add", "path": "/status", "value": status}]
         return await self._write(fresh, patch, status=True, patch_type="json")
 
-    # -- secrets -----------------------------------------------------------------------------------
-
 
 def nanoseconds(when: datetime.datetime | None) -> int:
     """A CSI creation time in Unix nanoseconds (the VSC's `creationTime`); 0 when unset."""
