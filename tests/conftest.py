@@ -15,6 +15,8 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, TOPOLOGY_KEY, seed_node, until
 
 __all__ = [
@@ -32,6 +34,13 @@ def field_managers(obj: Mapping[str, Any]) -> set[tuple[str, str | None]]:
     """(manager, subresource) of every `managedFields` entry: who wrote the object, and where."""
     entries = obj["metadata"].get("managedFields") or []
     return {(entry["manager"], entry.get("subresource")) for entry in entries}
+
+
+@pytest.fixture
+def cluster_nodes() -> tuple[str, ...]:
+    """The suite's clusters start empty (the kit's start with a node): each test seeds the
+    nodes it needs, and some test what happens with none."""
+    return ()
 
 
 pytest_plugins = ("kopf_csi.testing.spies",)  # the driver spies `calls` and `secrets_seen`
