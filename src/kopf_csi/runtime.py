@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import kube, leadership
+from kopf_csi import kube, leadership, logs
 from kopf_csi.caches import Caches
 from kopf_csi.settings import Settings
 
@@ -25,6 +25,7 @@ __all__ = [
     "ANNOTATIONS_PREFIX",
     "STARTED_HANDLER_ID",
     "WORKER_IDLE_TIMEOUT",
+    "NotStarted",
     "ObjectMemo",
     "OperatorMemo",
     "all_started",
@@ -53,6 +54,9 @@ STARTED_HANDLER_ID = "kopf-csi.started"
 
 ANNOTATIONS_PREFIX = "kopf-csi.kopf.dev"
 """Where kopf keeps its progress on our objects: `kopf-csi.kopf.dev/<handler id>`."""
+
+# Every handler module imports this one: under `kopf run`, our lines follow kopf's logging.
+logs.follow_kopf()
 
 
 def configure_kopf(settings: kopf.OperatorSettings, *, registry: Any = None) -> None:
@@ -89,6 +93,11 @@ def configure_kopf(settings: kopf.OperatorSettings, *, registry: Any = None) -> 
     # start-up; install the snapshot CRDs first, or restart the operator after them
     # (docs/operations.md, "RBAC").
     settings.scanning.disabled = True
+
+
+class NotStarted(kopf.PermanentError):
+    """A controller did not start because `lifecycle.connect` failed: that failure is the one
+    to report (`kopf-csi run` names it alone, and `logs.ReportedFailures` quiets these)."""
 
 
 def settings_from_memo(memo: Any) -> Settings:
@@ -130,7 +139,7 @@ async def wait_for_driver(memo: Any, *, timeout: float) -> bool:
             return False
         failed = getattr(memo, "connect_error", None)
         if failed is not None:
-            raise kopf.PermanentError(f"not started, lifecycle.connect failed: {failed}")
+            raise NotStarted(f"not started, lifecycle.connect failed: {failed}")
         if is_standby(memo):
             deadline = time.monotonic() + timeout
         elif time.monotonic() > deadline:

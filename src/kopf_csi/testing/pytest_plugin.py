@@ -38,19 +38,21 @@ import inspect
 import pathlib
 import shutil
 import time
+import types
 from collections.abc import AsyncIterator, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kopf_csi.driver import Driver, DriverConfig, Features, running_driver
+from kopf_csi.settings import CSISettings, KubeSettings, Settings
+from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
+
+pytest_asyncio: types.ModuleType | None
 try:
     import pytest_asyncio
 except ImportError:  # the kit's fixtures say what to install when a test asks for them
     pytest_asyncio = None
-
-from kopf_csi.driver import Driver, DriverConfig, Features, running_driver
-from kopf_csi.settings import CSISettings, KubeSettings, Settings
-from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
 
 if TYPE_CHECKING:  # the emulator needs kmock (the `testing` extra): imported when used
     from kopf_csi.testing.emulator import EmulatedCluster
