@@ -6,3 +6,13 @@ __version__ = "0.1.0"
 
 # Before kopf or anything else imports kubernetes-asyncio: its generated classes stay unloaded.
 _lazyk8s.install()
+
+
+def __getattr__(name: str) -> object:
+    """`kopf_csi.on` after a plain `import kopf_csi`, imported when first used (it imports kopf,
+    which `kopf-csi --help` and the driver do not need)."""
+    if name == "on":
+        import importlib
+
+        return importlib.import_module("kopf_csi.on")
+    raise AttributeError(f"module 'kopf_csi' has no attribute {name!r}")
