@@ -8,7 +8,6 @@ our debug lines (`csi_request`, per CSI call) only with `--verbose`.
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
 import re
 import signal
@@ -19,6 +18,8 @@ import pytest
 from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import EmulatedCluster
 
+from ..conftest import kopf_run_environment
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KOPF_LINE = re.compile(
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \S+ +\[(DEBUG|INFO|WARNING|ERROR) *\] "
@@ -27,13 +28,7 @@ KOPF_LINE = re.compile(
 
 async def kopf_run(kubeconfig: pathlib.Path, socket_path: pathlib.Path, *options: str) -> list[str]:
     """`kopf run` with the lifecycle module until the driver is connected; its output lines."""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("KOPF_CSI_")},
-        "KUBECONFIG": str(kubeconfig),
-        "CSI_ADDRESS": f"unix://{socket_path}",
-        "POD_NAMESPACE": "default",
-        "PYTHONPATH": str(ROOT),
-    }
+    env = kopf_run_environment(kubeconfig, socket_path)
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kopf", "run", *options, "--standalone", "--all-namespaces",
         "-m", "handlers.lifecycle", env=env, cwd=ROOT,
