@@ -131,3 +131,18 @@ async def test_plain_kopf_watches_again_and_annotates(
     volume = await until(lambda: volume_of(cluster, "data"), timeout=30)
     await until(lambda: kopf_annotations(cluster.get("persistentvolumes", None, volume) or {}))
     assert watches(cluster)["persistentvolumes"] == 2
+
+
+@pytest.mark.parametrize("handler_modules", ["tests.kit.stuck_streams"], indirect=True)
+async def test_a_stuck_handler_holds_up_only_itself(
+    cluster: EmulatedCluster, kcm: ControllerManager, driver: Driver, operator: OperatorThread
+) -> None:
+    """The operator provisions and deletes, the other handler sees the deletion, and the
+    operator stops (the operator fixture's teardown), while one handler never returns."""
+    make_class(cluster)
+    make_claim(cluster, "data")
+    volume = await until(lambda: volume_of(cluster, "data"), timeout=30)
+    cluster.delete("persistentvolumeclaims", "default", "data")
+    await until(lambda: volume in operator.memo.get("deleted", []), timeout=30)
+    assert not driver.state.volumes
+    assert operator.memo.streams.pending > 0  # the stuck one's events wait for it
