@@ -1,6 +1,11 @@
 """kopf-csi: the Kubernetes CSI controller sidecars as one asyncio operator built on kopf."""
 
+from typing import TYPE_CHECKING, Any
+
 from kopf_csi import lazyk8s as _lazyk8s
+
+if TYPE_CHECKING:  # at run time, imported when first used (`__getattr__`)
+    from kopf_csi import on as on
 
 __version__ = "0.1.0"
 
@@ -8,7 +13,7 @@ __version__ = "0.1.0"
 _lazyk8s.install()
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     """`kopf_csi.on` after a plain `import kopf_csi`, imported when first used (it imports kopf,
     which `kopf-csi --help` and the driver do not need)."""
     if name == "on":
