@@ -371,7 +371,7 @@ class Faults:
         self, resource: str, name: str | None = None, *, times: int = 1, subresource: str = ""
     ) -> Fault:
         """The next patch of the object fails its `test` (someone wrote first): the real 422."""
-        status = apimachinery.failed_test("/metadata/resourceVersion")
+        status = apimachinery.rejected()
         return self.add(
             422, verb="patch", resource=resource, name=name, times=times,
             body=_dumps(status.status()), subresource=subresource,
