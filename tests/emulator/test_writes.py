@@ -137,10 +137,13 @@ async def test_every_failed_json_patch_is_the_same_bare_422(
     before = cluster.resource_version
     patch = [{**failing, "value": "not-what-is-there"}, {"op": "add", "path": "/x", "value": 1}]
     headers = {"Content-Type": "application/json-patch+json"}
-    async with aiohttp.ClientSession() as session:
-        async with session.patch(cluster.url + path, json=patch, headers=headers) as response:
-            assert response.status == 422
-            assert await response.read() == REJECTED_BODY
+    url = cluster.url + path
+    async with (
+        aiohttp.ClientSession() as session,
+        session.patch(url, json=patch, headers=headers) as response,
+    ):
+        assert response.status == 422
+        assert await response.read() == REJECTED_BODY
     assert cluster.resource_version == before  # nothing was written
 
 
@@ -167,16 +170,18 @@ async def test_a_merge_patch_with_a_stale_version_is_the_real_409(
     patch = {"metadata": {"resourceVersion": pv["metadata"]["resourceVersion"], "labels": None}}
     headers = {"Content-Type": "application/merge-patch+json"}
     url = cluster.url + "/api/v1/persistentvolumes/bodies-pv"
-    async with aiohttp.ClientSession() as session:
-        async with session.patch(url, json=patch, headers=headers) as response:
-            assert response.status == 409
-            assert await response.read() == (
-                b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
-                b'"message":"Operation cannot be fulfilled on persistentvolumes \\"bodies-pv\\": '
-                b"the object has been modified; please apply your changes to the latest version "
-                b'and try again","reason":"Conflict",'
-                b'"details":{"name":"bodies-pv","kind":"persistentvolumes"},"code":409}'
-            )
+    async with (
+        aiohttp.ClientSession() as session,
+        session.patch(url, json=patch, headers=headers) as response,
+    ):
+        assert response.status == 409
+        assert await response.read() == (
+            b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+            b'"message":"Operation cannot be fulfilled on persistentvolumes \\"bodies-pv\\": '
+            b"the object has been modified; please apply your changes to the latest version "
+            b'and try again","reason":"Conflict",'
+            b'"details":{"name":"bodies-pv","kind":"persistentvolumes"},"code":409}'
+        )
 
 
 async def test_generate_name(core: client.CoreV1Api) -> None:

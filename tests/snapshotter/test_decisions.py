@@ -140,11 +140,9 @@ def test_error_status_and_release_patches() -> None:
         "status": {"readyToUse": False, "error": {"time": "now", "message": "m"}}
     }
     content["metadata"]["finalizers"] = ["a", names.FINALIZER_SNAPSHOT_CONTENT_BOUND]
+    content["metadata"]["resourceVersion"] = "9"
     patch = decisions.release_patch(content)
-    assert patch == [
-        {"op": "test", "path": "/metadata/finalizers", "value": content["metadata"]["finalizers"]},
-        {"op": "replace", "path": "/metadata/finalizers", "value": ["a"]},
-    ]
+    assert patch == {"metadata": {"finalizers": ["a"], "resourceVersion": "9"}}  # 409 if stale
     assert decisions.release_patch(vsc()) is None
 
 

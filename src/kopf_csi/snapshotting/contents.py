@@ -342,9 +342,9 @@ class ContentController(abc.ABC):
     async def _release(self, content: Body) -> Outcome:
         """`removeContentFinalizer`: only the bound-protection finalizer, nothing else.
 
-        The patch tests the finalizers it was computed from; when the snapshot-controller (or
-        anyone) changed them meanwhile, that is a lost race: the content is read again and the
-        patch computed again, at once and quietly.
+        The patch carries the resourceVersion it was computed from; when the
+        snapshot-controller (or anyone) wrote the content meanwhile (409), that is a lost race:
+        the content is read again and the patch computed again, at once and quietly.
         """
         name = str(content["metadata"]["name"])
         released = False
@@ -354,7 +354,7 @@ class ContentController(abc.ABC):
             patch = decisions.release_patch(current, finalizer=self.finalizer)
             if patch is None:
                 return current
-            updated = await self.api.patch(self.resource, name, patch, patch_type="json")
+            updated = await self.api.patch(self.resource, name, patch)
             self.contents.store(updated)
             released = True
             return updated
@@ -370,6 +370,9 @@ class ContentController(abc.ABC):
             await kube.retry_on_conflict(write, content, read=read)
         except kube.NotFoundError:
             return DONE
+        except kube.StaleWriteError as exc:  # every fresh read lost too: the queue tries later
+            log.debug("content_release_raced", content=name, error=str(exc))
+            return RETRY
         except kube.KubeError as exc:
             log.warning("content_not_released", error=controller_update_error(name, exc.message))
             return RETRY

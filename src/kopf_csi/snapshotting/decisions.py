@@ -13,7 +13,7 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kopf_csi import names
+from kopf_csi import kube, names
 
 __all__ = [
     "Action",
@@ -228,14 +228,12 @@ def cleared_status_patch() -> dict[str, Any]:
 
 def release_patch(
     content: Body, *, finalizer: str = names.FINALIZER_SNAPSHOT_CONTENT_BOUND
-) -> list[dict[str, Any]] | None:
-    """`removeContentFinalizer`: a JSON patch dropping the bound-protection finalizer (only it),
-    guarded by a `test` of the list it was computed from; None when it is not there."""
+) -> dict[str, Any] | None:
+    """`removeContentFinalizer`: a merge patch dropping the bound-protection finalizer (only
+    it), guarded by the resourceVersion of the copy it was computed from (409 when stale);
+    None when it is not there."""
     finalizers = list(meta_of(content).get("finalizers") or [])
     if finalizer not in finalizers:
         return None
     remaining = [f for f in finalizers if f != finalizer]
-    return [
-        {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-        {"op": "replace", "path": "/metadata/finalizers", "value": remaining or None},
-    ]
+    return kube.guarded_patch(content, {"metadata": {"finalizers": remaining}})

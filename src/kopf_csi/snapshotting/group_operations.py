@@ -306,7 +306,7 @@ class GroupSnapshotter(ContentController):
     ) -> Body:
         """`updateGroupSnapshotContentStatus`: read the content from the API, fill its status.
 
-        The write is guarded by the resourceVersion it was computed from. A 409/422 means that
+        The write is guarded by the resourceVersion it was computed from. A 409 means that
         someone wrote first: read again and retry at once, quietly (the driver's answer is in
         hand; failing here would call the driver again for work that already succeeded).
         """
@@ -322,14 +322,9 @@ class GroupSnapshotter(ContentController):
             )
             if status is None:
                 return fresh
-            version = str((fresh.get("metadata") or {}).get("resourceVersion") or "")
-            patch = [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-                {"op": "add", "path": "/status", "value": status},
-            ]
-            updated = await self.api.patch(
-                self.resource, name, patch, patch_type="json", subresource="status"
-            )
+            dropped = {key: None for key in fresh.get("status") or {} if key not in status}
+            patch = kube.guarded_patch(fresh, {"status": {**status, **dropped}})
+            updated = await self.api.patch(self.resource, name, patch, subresource="status")
             self.contents.store(updated)
             return updated
 
