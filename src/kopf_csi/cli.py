@@ -354,9 +354,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         elif args.command == "config":
             code = _config(args, env)
         elif args.command == "explain":
-            from kopf_csi.explain import command
+            from kopf_csi.explain import command as explain
 
-            code = command.run(args, env, prog="kopf-csi explain")
+            code = explain.run(args, env, prog="kopf-csi explain")
         else:
             code = _docs(args)
     except (UsageError, SettingsError) as exc:

@@ -30,9 +30,11 @@ class _Parser(argparse.ArgumentParser):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """explain's arguments, on `kopf-csi explain` and on `kubectl-csi explain`."""
     parser.add_argument(
-        "target", nargs="+", metavar="KIND/[NAMESPACE/]NAME",
+        "target",
+        nargs="+",
+        metavar="KIND/[NAMESPACE/]NAME",
         help="what to explain: pvc, pv, va, vs, vsc or vgs (kubectl's names work too),"
-             " like pvc/default/data; `pvc data -n default` works too",
+        " like pvc/default/data; `pvc data -n default` works too",
     )
     parser.add_argument("-n", "--namespace", help="the namespace when TARGET names none")
     parser.add_argument("--kubeconfig", help="the kubeconfig (else $KUBECONFIG, ~/.kube/config)")
@@ -41,9 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o", "--output", choices=("text", "json"), default="text", help="the output format"
     )
     parser.add_argument(
-        "--operator", metavar="URL",
+        "--operator",
+        metavar="URL",
         help="the operator's --http-endpoint (http://host:8080): adds what only it knows"
-             " (its work queue, last error, journal, Leases)",
+        " (its work queue, last error, journal, Leases)",
     )
     parser.add_argument(
         "--request-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",

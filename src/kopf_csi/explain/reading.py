@@ -80,7 +80,7 @@ async def read(api: kube.KubeClient, target: Target, *, server: str = "") -> Obs
         obj = await api.get(resource, target.name, target.namespace)
     except kube.KubeError as exc:
         raise ExplainError(f"cannot read {target}: {exc}") from None
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         where = f" at {server}" if server else ""
         raise ExplainError(f"cannot reach the Kubernetes API{where}: {exc}") from None
     if obj is None:
@@ -106,7 +106,9 @@ class _Reader:
             self.seen.unreadable[what] = str(exc) or type(exc).__name__
             return default
 
-    async def get(self, what: str, resource: kube.Resource, name: str, ns: str | None = None) -> Body | None:
+    async def get(
+        self, what: str, resource: kube.Resource, name: str, ns: str | None = None
+    ) -> Body | None:
         return await self.attempt(what, self.api.get(resource, name, ns), None)
 
 
@@ -137,8 +139,8 @@ async def _claim(reader: _Reader) -> None:
         return
     class_name = spec.get("storageClassName")
     if class_name is None:
-        class_name = (claim.get("metadata") or {}).get("annotations", {}).get(
-            names.ANN_BETA_STORAGE_CLASS
+        class_name = (
+            (claim.get("metadata") or {}).get("annotations", {}).get(names.ANN_BETA_STORAGE_CLASS)
         )
     if class_name is None:
         classes = await reader.attempt("storageclass", api.list(kube.STORAGE_CLASSES), [])
@@ -154,9 +156,7 @@ async def _claim(reader: _Reader) -> None:
     seen.csi_driver = await reader.get("csidriver", kube.CSIDRIVERS, provisioner)
     seen.lease_name = names.lease_name(names.LEASE_PREFIX_PROVISIONER, provisioner)
     selector = f"metadata.name={seen.lease_name}"
-    seen.leases = await reader.attempt(
-        "leases", api.list(kube.LEASES, field_selector=selector), []
-    )
+    seen.leases = await reader.attempt("leases", api.list(kube.LEASES, field_selector=selector), [])
     node = (claim.get("metadata") or {}).get("annotations", {}).get(names.ANN_SELECTED_NODE)
     if node:
         seen.node = await reader.get("node", kube.NODES, node)
@@ -280,6 +280,9 @@ async def read_operator(seen: Observed, url: str) -> None:
     target = seen.target
     parts = [target.kind, *([target.namespace] if target.namespace else []), target.name]
     path = "/debug/objects/" + "/".join(urllib.parse.quote(part, safe="") for part in parts)
+    uid = (seen.object.get("metadata") or {}).get("uid")
+    if uid:
+        path += f"?uid={urllib.parse.quote(str(uid), safe='')}"
     timeout = aiohttp.ClientTimeout(total=OPERATOR_TIMEOUT)
     try:
         async with (
@@ -291,7 +294,7 @@ async def read_operator(seen: Observed, url: str) -> None:
                 seen.operator_error = f"{url} answered {response.status}: {text.strip()[:200]}"
                 return
             answer: Any = json.loads(text)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
         seen.operator_error = f"{url}: {exc or type(exc).__name__}"
         return
     seen.operator = answer if isinstance(answer, dict) else None

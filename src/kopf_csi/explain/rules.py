@@ -32,7 +32,7 @@ PROTECTION_FINALIZERS = frozenset({"kubernetes.io/pv-protection", "kubernetes.io
 _CODE = re.compile(r"code = (\w+)")
 
 
-class _Stop(Exception):  # noqa: N818 (a control-flow signal, not an error)
+class _Stop(Exception):
     def __init__(self, diagnosis: Diagnosis) -> None:
         self.diagnosis = diagnosis
 
@@ -246,7 +246,7 @@ def _storage_class(walk: _Walk) -> Body:
             "storageclass-none",
             "the claim names no StorageClass and the cluster has no default one",
             "set spec.storageClassName on a new claim, or mark a class as the default"
-            " (storageclass.kubernetes.io/is-default-class: \"true\")",
+            ' (storageclass.kubernetes.io/is-default-class: "true")',
         )
     storage_class = seen.storage_class
     if storage_class is None:
@@ -458,8 +458,7 @@ def _data_source(walk: _Walk) -> None:
         error = (status.get("error") or {}).get("message")
         raise walk.blocked(
             "source-not-ready",
-            f"the data source {what} is not ready to use"
-            + (f": {error}" if error else ""),
+            f"the data source {what} is not ready to use" + (f": {error}" if error else ""),
             f"explain vs/{namespace}/{name}",
         )
     walk.fact(f"data source {what}: ready to use")
@@ -500,7 +499,11 @@ def _matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> b
         if labels.get(key) != value:
             return False
     for expression in selector.get("matchExpressions") or []:
-        key, op, values = expression.get("key"), expression.get("operator"), expression.get("values")
+        key, op, values = (
+            expression.get("key"),
+            expression.get("operator"),
+            expression.get("values"),
+        )
         present = key in labels
         if op == "In" and labels.get(key) not in (values or []):
             return False
@@ -798,7 +801,6 @@ def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
 
 
 def _content(walk: _Walk, content: Mapping[str, Any], what: str) -> Diagnosis:
-    seen = walk.seen
     name = _meta(content).get("name")
     status = _status(content)
     walk.fact(
@@ -851,4 +853,3 @@ _CHAINS: Mapping[str, Callable[[_Walk], Diagnosis]] = {
 def secret_free(parameters: Mapping[str, str] | None) -> dict[str, str]:
     """A class's parameters without those that name or hold a secret."""
     return {k: v for k, v in (parameters or {}).items() if not is_secret_parameter(k)}
-
