@@ -102,7 +102,10 @@ async def test_a_selected_node_without_csinode(
 ) -> None:
     cluster.create("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bare"}})
     await make_storage_class(cluster, operator, binding="WaitForFirstConsumer")
-    make_claim(cluster, annotations={"volume.kubernetes.io/selected-node": "bare"})
+    make_claim(cluster)
+    # The scheduler puts the pod on "bare"; the provisioner gives the node back (reschedule)
+    # and the scheduler selects it again: explain sees the selected node between the two.
+    make_pod(cluster, "app", "data", node="bare")
     found = await until_explained(explain, CLAIM, "csinode-missing")
     assert found.json["summary"] == (
         'the selected node bare has no CSINode: csinode.storage.k8s.io "bare" not found'
@@ -120,7 +123,8 @@ async def test_a_selected_node_whose_csinode_lacks_the_driver(
          "spec": {"drivers": []}},
     )  # fmt: skip
     await make_storage_class(cluster, operator, binding="WaitForFirstConsumer")
-    make_claim(cluster, annotations={"volume.kubernetes.io/selected-node": "other"})
+    make_claim(cluster)
+    make_pod(cluster, "app", "data", node="other")
     found = await until_explained(explain, CLAIM, "csinode-without-driver")
     assert found.json["summary"] == f"CSINode other does not contain driver {DRIVER_NAME}"
 
@@ -167,8 +171,9 @@ async def test_a_data_source_not_ready(
 
 
 async def test_capacity_exhausted_on_the_topology(
-    cluster: EmulatedCluster, kcm: Any, operator: OperatorThread, explain: Any
+    cluster: EmulatedCluster, kcm: Any, operator: OperatorThread, driver: Driver, explain: Any
 ) -> None:
+    driver.faults.fail("CreateVolume", Code.RESOURCE_EXHAUSTED, message="no room on node-1")
     cluster.create(
         "csidrivers",
         {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER_NAME},
@@ -182,7 +187,8 @@ async def test_capacity_exhausted_on_the_topology(
          "capacity": "1Mi"},
     )  # fmt: skip
     await make_storage_class(cluster, operator, binding="WaitForFirstConsumer")
-    make_claim(cluster, size="1Gi", annotations={"volume.kubernetes.io/selected-node": "node-1"})
+    make_claim(cluster, size="1Gi")
+    make_pod(cluster, "app", "data")  # on node-1: the driver reschedules, the scheduler insists
     found = await until_explained(explain, CLAIM, "capacity-exhausted")
     assert found.json["summary"] == (
         "not enough capacity for class sc on node node-1: 1048576 bytes, 1073741824 requested"
