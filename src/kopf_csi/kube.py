@@ -350,9 +350,7 @@ class KubeClient:
         The server leaves the rest out: a Secret's data never comes over the wire.
         """
         try:
-            return await self._request(
-                "GET", resource.path(namespace, name), accept=METADATA_ONLY
-            )
+            return await self._request("GET", resource.path(namespace, name), accept=METADATA_ONLY)
         except NotFoundError:
             return None
 

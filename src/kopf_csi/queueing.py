@@ -93,6 +93,7 @@ class KeyState:
     next_retry_in: float | None
     """Seconds until its delayed add fires; None when none is pending."""
 
+
 K = TypeVar("K", bound=Hashable)
 
 

@@ -125,7 +125,9 @@ async def until_explained(explain: Any, target: str, blocker: str, *extra: str) 
     deadline = asyncio.get_running_loop().time() + 20
     while True:
         found: Explained = await explain(target, *extra)
-        wanted = found.json["state"] == "healthy" if not blocker else found.json["blocker"] == blocker
+        wanted = (
+            found.json["state"] == "healthy" if not blocker else found.json["blocker"] == blocker
+        )
         if wanted and found.text.first_line.endswith(found.json["summary"]):
             # The two forms agree: the same verdict, exit code and number of facts.
             assert found.text.code == found.json["exit_code"], found.text

@@ -33,7 +33,8 @@ async def test_a_bound_claim_is_healthy(
     assert found.text.first_line.startswith("OK: persistentvolumeclaim/default/data:")
     assert "the claim is Bound to pvc-" in found.text.first_line
     assert _has(found.text.evidence, "claim default/data: phase Bound")
-    assert found.json["state"] == "healthy" and found.json["next"] == []
+    assert found.json["state"] == "healthy"
+    assert found.json["next"] == []
 
 
 async def test_no_storage_class(
@@ -164,8 +165,9 @@ async def test_a_data_source_not_ready(
     make_claim(cluster, "origin", storage_class="later")
     make_claim(cluster, data_source={"kind": "PersistentVolumeClaim", "name": "origin"})
     found = await until_explained(explain, CLAIM, "source-not-ready")
-    assert "the data source PersistentVolumeClaim default/origin is not Bound" in (
-        found.json["summary"]
+    assert (
+        "the data source PersistentVolumeClaim default/origin is not Bound"
+        in (found.json["summary"])
     )
     assert found.json["next"] == ["explain pvc/default/origin"]
 

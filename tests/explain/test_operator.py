@@ -52,14 +52,18 @@ async def test_the_operator_adds_its_queue_state_and_last_error(
         for line in evidence
     ), evidence
     assert f"operator: serves {names.LEASE_PREFIX_PROVISIONER}hostpath.csi.kopf.dev" in evidence
-    assert any(line.startswith(f"operator: replica {IDENTITY} sees the Leases") for line in evidence)
+    assert any(
+        line.startswith(f"operator: replica {IDENTITY} sees the Leases") for line in evidence
+    )
 
     status, state = await _get(f"{operator_url}/debug/objects/pvc/default/data")
     assert status == 200
     (queue,) = state["queues"]
-    assert queue["queue"] == "claims" and queue["failures"] >= 1
+    assert queue["queue"] == "claims"
+    assert queue["failures"] >= 1
     status, answer = await _get(f"{operator_url}/debug/objects/pvc/data")
-    assert status == 404 and "needs a namespace" in answer["error"]
+    assert status == 404
+    assert "needs a namespace" in answer["error"]
     status, answer = await _get(f"{operator_url}/debug/objects/pods/default/data")
     assert status == 404
 
@@ -116,7 +120,9 @@ async def test_no_secret_reaches_explain_or_the_endpoint(
     )
     va = attaching.json["next"][0].split()[1].rstrip(";")
     volume = next(
-        line.split()[1].rstrip(":") for line in attaching.text.evidence if "PersistentVolume" in line
+        line.split()[1].rstrip(":")
+        for line in attaching.text.evidence
+        if "PersistentVolume" in line
     )
     outputs = [failing.text.stdout, json.dumps(failing.json), attaching.text.stdout,
                json.dumps(attaching.json)]  # fmt: skip

@@ -68,9 +68,11 @@ async def test_a_wrong_name_is_one_clear_line(
         ' in namespace "default"\n'
     )
     run = await run_explain("pvc/default/nothing", "--kubeconfig", str(kubeconfig), "-o", "json")
-    assert json.loads(run.stdout)["state"] == "error" and run.code == 2
+    assert json.loads(run.stdout)["state"] == "error"
+    assert run.code == 2
     run = await run_explain("pods/default/x", "--kubeconfig", str(kubeconfig))
-    assert run.code == 2 and len(run.stderr.splitlines()) == 1
+    assert run.code == 2
+    assert len(run.stderr.splitlines()) == 1
     assert "cannot explain 'pods'" in run.stderr
 
 
@@ -112,7 +114,7 @@ async def test_kubectl_plugin_takes_kubectls_flags(
          "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
                   "resources": {"requests": {"storage": "1Mi"}}}},
     )  # fmt: skip
-    context = json.loads(kubeconfig.read_text())["contexts"][0]["name"]  # JSON is YAML
+    context = "emulated"  # the emulated cluster's kubeconfig has this one context
     process = await asyncio.create_subprocess_exec(
         plugin, "explain", "pvc", "data", "-n", "team", "--kubeconfig", str(kubeconfig),
         "--context", context, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -23,7 +23,10 @@ EXPLAINER = User("alice", frozenset({"kopf-csi:explain", "system:authenticated"}
 
 def _objects(cluster: EmulatedCluster) -> list[str]:
     """Objects on every path of explain's reading; the targets to explain."""
-    def make(resource: str, body: dict[str, object], status: dict[str, object] | None = None) -> None:
+
+    def make(
+        resource: str, body: dict[str, object], status: dict[str, object] | None = None
+    ) -> None:
         created = cluster.create(resource, body)
         if status is not None:
             meta = created["metadata"]
@@ -32,8 +35,9 @@ def _objects(cluster: EmulatedCluster) -> list[str]:
 
     def claim(name: str, spec: dict[str, object], **meta: object) -> None:
         body = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}
+        metadata = {"name": name, "namespace": "default", **meta}
         make("persistentvolumeclaims", {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": name, "namespace": "default", **meta}, "spec": {**body, **spec}})  # fmt: skip
+             "metadata": metadata, "spec": {**body, **spec}})  # fmt: skip
 
     secret_parameters = {
         "csi.storage.k8s.io/provisioner-secret-name": "creds",
@@ -106,7 +110,8 @@ async def test_explain_needs_exactly_the_role(tmp_path: pathlib.Path) -> None:
         for target in targets:
             run = await run_explain(target, "--kubeconfig", str(kubeconfig))
             assert run.code in (0, 1), (target, run.stderr)
-            assert "cannot be read" not in run.stdout and "cannot read" not in run.stdout, run
+            assert "cannot be read" not in run.stdout, run
+            assert "cannot read" not in run.stdout, run
     assert authorizer.denials == []
     used = {
         (access.group, access.rbac_resource, access.verb)
