@@ -6,7 +6,8 @@ We test these aspects:
 - a restore from a VolumeSnapshot that does not exist: the API server's own text, which the Go
   provisioner gets as it asks the server
   (`volumesnapshots.snapshot.storage.k8s.io "..." not found`);
-- nothing is created meanwhile, and the claim is provisioned once its source appears.
+- a VolumeAttributesClass that does not exist: the server's text, bare, as Go returns it;
+- nothing is created meanwhile, and a clone is provisioned once its source appears.
 """
 
 from __future__ import annotations
@@ -59,5 +60,20 @@ async def test_a_restore_from_a_missing_snapshot_carries_the_servers_text(
         message="error getting handle for DataSource Type VolumeSnapshot by Name missing-snap:"
         " error getting snapshot missing-snap from api server:"
         ' volumesnapshots.snapshot.storage.k8s.io "missing-snap" not found',
+    )
+    assert calls.count("CreateVolume") == 0
+
+
+async def test_a_missing_volume_attributes_class_carries_the_servers_text(
+    cluster: EmulatedCluster, operator: OperatorThread, calls: Calls
+) -> None:
+    """Not a data source, but read the same way: Go returns the Get's error as it is."""
+    await make_storage_class(cluster, operator)
+    claim = make_claim(cluster, extra_spec={"volumeAttributesClassName": "missing-vac"})
+    await wait_for_event(
+        cluster,
+        claim,
+        FAILED,
+        message='volumeattributesclasses.storage.k8s.io "missing-vac" not found',
     )
     assert calls.count("CreateVolume") == 0
