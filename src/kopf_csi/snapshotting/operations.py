@@ -127,7 +127,9 @@ class Snapshotter(ContentController):
             if snapshot_class is None:
                 raise SnapshotError(names.ERROR_SNAPSHOT_CLASS_NOT_FOUND.format(name=class_name))
             return snapshot_class
-        if (spec.get("source") or {}).get("volumeHandle"):
+        if (spec.get("source") or {}).get("volumeHandle") and not decisions.is_group_member(
+            content
+        ):
             name = content["metadata"]["name"]
             raise SnapshotError(names.ERROR_SNAPSHOT_WITHOUT_CLASS.format(content=name))
         return None  # a pre-provisioned content needs no class
@@ -159,17 +161,38 @@ class Snapshotter(ContentController):
     # -- check (poll) ----------------------------------------------------------------------------
 
     async def _check(self, content: Body) -> Body:
-        """`checkandUpdateContentStatusOperation`: a pre-provisioned content asks the driver
-        for its status; a dynamic one goes through CreateSnapshot again (idempotent by name)."""
+        """`checkandUpdateContentStatusOperation`: a pre-provisioned content, or a group
+        member whose status names its snapshot, asks the driver for its status; a dynamic one
+        goes through CreateSnapshot again (idempotent by name); a group member without that
+        status waits for the snapshot-controller to write it (nothing to call, nothing to
+        write: the member is the snapshot-controller's)."""
         source = (content.get("spec") or {}).get("source") or {}
-        if not source.get("snapshotHandle"):
+        member_handle = decisions.member_status_handle(content)
+        if not source.get("snapshotHandle") and member_handle is None:
+            if decisions.is_group_member(content):
+                return content
             return await self._create(content)
         secrets = await self._list_secrets(content)
-        ready, created_ns, size = await self._snapshot_status(content, secrets)
-        handle = str(source["snapshotHandle"])
+        if member_handle is not None:  # a member has no class: its secret is annotated
+            secrets = await self._member_secrets(content)
+        ready, created_ns, size, group = await self._snapshot_status(content, secrets)
+        handle = str(source.get("snapshotHandle") or member_handle)
         return await self._save_status(
-            content, handle=handle, ready=ready, created_ns=created_ns or time.time_ns(), size=size
+            content,
+            handle=handle,
+            ready=ready,
+            created_ns=created_ns or time.time_ns(),
+            size=size,
+            group_handle=group,
         )
+
+    async def _member_secrets(self, content: Body) -> dict[str, str] | None:
+        try:
+            return await self._credentials_from_annotations(content)
+        except SnapshotError as exc:
+            name = str(content["metadata"]["name"])
+            message = names.ERROR_SNAPSHOT_MEMBER_CREDENTIALS.format(content=name, error=exc.message)
+            raise SnapshotError(message) from None
 
     async def _list_secrets(self, content: Body) -> dict[str, str] | None:
         name = str(content["metadata"]["name"])
@@ -200,8 +223,8 @@ class Snapshotter(ContentController):
 
     async def _snapshot_status(
         self, content: Body, secrets: dict[str, str] | None
-    ) -> tuple[bool, int, int]:
-        """`GetSnapshotStatus`: ready, creation time (ns, 0 if unknown), size."""
+    ) -> tuple[bool, int, int, str]:
+        """`GetSnapshotStatus`: ready, creation time (ns, 0 if unknown), size, group id."""
         name = str(content["metadata"]["name"])
         handle = decisions.snapshot_handle(content)
         if handle is None:
@@ -212,8 +235,9 @@ class Snapshotter(ContentController):
             message = names.ERROR_SNAPSHOT_LIST.format(content=name, quoted=quoted(exc))
             raise SnapshotError(message) from None
         if found is None:  # the driver cannot tell: assume the handle is valid (upstream)
-            return True, 0, 0
-        return bool(found.ready_to_use), nanoseconds(found.creation_time), found.size_bytes or 0
+            return True, 0, 0, ""
+        created_ns = nanoseconds(found.creation_time)
+        return bool(found.ready_to_use), created_ns, found.size_bytes or 0, found.group_snapshot_id
 
     async def _read_snapshot(
         self, handle: str, secrets: dict[str, str] | None
@@ -289,7 +313,14 @@ class Snapshotter(ContentController):
     # -- writes ------------------------------------------------------------------------------------
 
     async def _save_status(
-        self, content: Body, *, handle: str, ready: bool, created_ns: int, size: int
+        self,
+        content: Body,
+        *,
+        handle: str,
+        ready: bool,
+        created_ns: int,
+        size: int,
+        group_handle: str = "",
     ) -> Body:
         """`updateSnapshotContentStatus`: read the content from the API, fill in its status."""
         name = str(content["metadata"]["name"])
@@ -309,6 +340,7 @@ class Snapshotter(ContentController):
             ready=ready,
             created_ns=created_ns or time.time_ns(),
             size=size,
+            group_handle=group_handle,
         )
         if status is None:
             return fresh
