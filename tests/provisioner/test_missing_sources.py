@@ -51,7 +51,11 @@ async def test_a_restore_from_a_missing_snapshot_carries_the_servers_text(
     cluster: EmulatedCluster, operator: OperatorThread, calls: Calls
 ) -> None:
     await make_storage_class(cluster, operator)
-    source = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "missing-snap"}
+    source = {
+        "apiGroup": "snapshot.storage.k8s.io",
+        "kind": "VolumeSnapshot",
+        "name": "missing-snap",
+    }
     restore = make_claim(cluster, "restore", data_source=source)
     await wait_for_event(
         cluster,

@@ -147,8 +147,10 @@ def test_updated_status() -> None:
     grouped = decisions.updated_status(None, handle="h", ready=True, created_ns=5, size=0,
                                        group_handle="g")  # fmt: skip
     assert grouped == {"snapshotHandle": "h", "readyToUse": True, "creationTime": 5, **IN_GROUP}
-    kept = decisions.updated_status({**READY, **IN_GROUP, "creationTime": 1}, handle="h",
-                                    ready=True, created_ns=5, size=0, group_handle="other")  # fmt: skip
+    current = {**READY, **IN_GROUP, "creationTime": 1}
+    kept = decisions.updated_status(
+        current, handle="h", ready=True, created_ns=5, size=0, group_handle="other"
+    )
     assert kept is None  # only an empty group handle is filled in
 
 

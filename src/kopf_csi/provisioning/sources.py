@@ -115,7 +115,7 @@ def _error(ref: DataSourceRef, message: str) -> ProvisioningError:
 def claim_not_found(name: str) -> str:
     """The not-found text of a claim read from an informer's lister (`NewNotFound` with the
     singular resource `persistentvolumeclaim`); the API server says `persistentvolumeclaims`."""
-    return f'persistentvolumeclaim {gofmt.go_quote(name)} not found'
+    return f"persistentvolumeclaim {gofmt.go_quote(name)} not found"
 
 
 def source_claim_unavailable(

@@ -310,7 +310,10 @@ class GroupSnapshotController(SnapshotController):
         annotations = {names.ANN_GROUP_SNAPSHOT_HANDLE: handle}
         group_annotations = _meta(group_content).get("annotations") or {}
         secret_keys = (
-            (names.ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAME, names.ANN_SNAPSHOT_DELETION_SECRET_NAME),
+            (
+                names.ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAME,
+                names.ANN_SNAPSHOT_DELETION_SECRET_NAME,
+            ),
             (
                 names.ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAMESPACE,
                 names.ANN_SNAPSHOT_DELETION_SECRET_NAMESPACE,
