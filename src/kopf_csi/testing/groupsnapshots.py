@@ -32,10 +32,12 @@ What it mirrors (read, not copied):
   waits until it is gone (the csi-snapshotter calls DeleteVolumeGroupSnapshot and removes the
   finalizer); under Retain the content stays. Then the group loses its finalizer.
 
+Member names are upstream's: `snapshot-<sha256>` and `snapcontent-<sha256>` of the group's
+uid and the member's volume handle.
+
 Left out: pre-provisioned groups (`volumeGroupSnapshotContentName`), `matchExpressions`,
-events, and the time suffix of upstream's member names (here `snapshot-<sha256>` and
-`snapcontent-<sha256>` of the group content's and the volume's uids, so that tests can name
-them).
+events, and upstream's member VolumeSnapshot source (the member's claim, with the snapshot
+bound by its status at once; here `volumeSnapshotContentName`, which binds it the same way).
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ def group_content_name(group: Body) -> str:
     return names.GROUP_SNAPSHOT_CONTENT_NAME_PREFIX + str(group["metadata"]["uid"])
 
 
-def member_names(group_content_uid: str, volume_uid: str) -> tuple[str, str]:
-    """(VolumeSnapshot, VolumeSnapshotContent) names of one member."""
-    digest = hashlib.sha256((group_content_uid + volume_uid).encode()).hexdigest()
+def member_names(group_uid: str, volume_handle: str) -> tuple[str, str]:
+    """(VolumeSnapshot, VolumeSnapshotContent) names of one member, as upstream's
+    `getSnapshotNameForVolumeGroupSnapshotContent` and its content twin."""
+    digest = hashlib.sha256((group_uid + volume_handle).encode()).hexdigest()
     return f"snapshot-{digest}", f"snapcontent-{digest}"
 
 
@@ -258,7 +261,7 @@ class GroupSnapshotController(SnapshotController):
             if volume is None or not info.get("snapshotHandle"):
                 continue
             snapshot_name, member_content = member_names(
-                str(_meta(content)["uid"]), str(_meta(volume)["uid"])
+                str(_meta(group)["uid"]), str(info["volumeHandle"])
             )
             namespace = _meta(group)["namespace"]
             snapshot = self._get("volumesnapshots", snapshot_name, namespace)
