@@ -23,15 +23,13 @@ import pathlib
 from typing import Any
 
 from kopf_csi import names
-from kopf_csi.csi import CSIClient
-from kopf_csi.csi import messages as csi
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls, SecretsSeen
 
 from ..conftest import DRIVER_NAME, field_managers
 from ..provisioner.conftest import assert_stays, events_for
-from .conftest import NAMESPACE, content, make_secret, source_claim, until
+from .conftest import NAMESPACE, content, driver_snapshot, make_secret, source_claim, until
 
 CONTROLLER = "snapshot-controller"
 GROUP_HANDLE = "group-1"
@@ -70,15 +68,6 @@ def untouched(cluster: EmulatedCluster, name: str) -> bool:
     )
 
 
-async def _driver_snapshot(socket_path: pathlib.Path, volume: str, name: str) -> str:
-    async with CSIClient(str(socket_path)) as client:
-        answer = await client.create_snapshot(
-            csi.CreateSnapshotRequest(name=name, source_volume_id=volume)
-        )
-    assert answer.snapshot is not None
-    return answer.snapshot.snapshot_id
-
-
 async def test_a_member_content_is_left_to_the_snapshot_controller(
     cluster: EmulatedCluster,
     operator: OperatorThread,
@@ -88,7 +77,7 @@ async def test_a_member_content_is_left_to_the_snapshot_controller(
 ) -> None:
     pv = await source_claim(cluster, operator)
     volume = pv["spec"]["csi"]["volumeHandle"]
-    handle = await _driver_snapshot(socket_path, volume, "member")
+    handle = await driver_snapshot(socket_path, volume, "member")
     name = "snapcontent-member"
     cluster.create("volumesnapshotcontents", member_content(name, volume), manager=CONTROLLER)
 
@@ -117,7 +106,7 @@ async def test_a_member_that_is_not_ready_is_polled_with_its_annotated_secret(
 ) -> None:
     pv = await source_claim(cluster, operator)
     volume = pv["spec"]["csi"]["volumeHandle"]
-    handle = await _driver_snapshot(socket_path, volume, "member")
+    handle = await driver_snapshot(socket_path, volume, "member")
     make_secret(cluster, "group-creds", {"token": "g-s3cr3t"})
     secret = {
         names.ANN_SNAPSHOT_DELETION_SECRET_NAME: "group-creds",
