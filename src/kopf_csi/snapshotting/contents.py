@@ -7,8 +7,9 @@ its class.
 `Snapshotter` (VolumeSnapshotContents, `operations`) and `GroupSnapshotter`
 (VolumeGroupSnapshotContents, `group_operations`) are the two subclasses; they differ in their
 resource, their annotation, finalizer and class keys and their Go texts (`Texts`,
-`DeleteEvents`), in what they ask of the driver, and in how its answer fills the status. Upstream has the same pairs of functions, once per kind
-(`setAnnVolumeSnapshotBeingCreated` and `setAnnVolumeGroupSnapshotBeingCreated`, ...).
+`DeleteEvents`), in what they ask of the driver, and in how its answer fills the status.
+Upstream has the same pairs of functions, once per kind (`setAnnVolumeSnapshotBeingCreated`
+and `setAnnVolumeGroupSnapshotBeingCreated`, ...).
 """
 
 from __future__ import annotations
