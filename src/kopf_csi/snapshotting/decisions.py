@@ -125,7 +125,8 @@ def should_delete(content: Body) -> bool:
     return names.ANN_SNAPSHOT_BEING_DELETED in annotations_of(content)
 
 
-def _is_group_member(content: Body) -> bool:
+def _has_group_handle(content: Body) -> bool:
+    """The status names a group: the snapshot goes with the group, never deleted alone."""
     return bool((content.get("status") or {}).get("volumeGroupSnapshotHandle"))
 
 
@@ -149,7 +150,7 @@ def next_action(content: Body) -> Action:
     if should_delete(content):
         deletes = spec_of(content).get("deletionPolicy") == "Delete"
         has_snapshot = bool((status or {}).get("snapshotHandle"))
-        if deletes and has_snapshot and not _is_group_member(content):
+        if deletes and has_snapshot and not _has_group_handle(content):
             return Action.DELETE_SNAPSHOT
         return Action.RELEASE
     if source_of(content).get("volumeHandle") and status is None and not is_group_member(content):
