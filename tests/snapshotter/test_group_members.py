@@ -80,6 +80,19 @@ async def test_a_member_content_is_left_to_the_snapshot_controller(
     handle = await driver_snapshot(socket_path, volume, "member")
     name = "snapcontent-member"
     cluster.create("volumesnapshotcontents", member_content(name, volume), manager=CONTROLLER)
+    # A witness made after the member: once the operator has made it ready, it has seen the
+    # member too (one watch, in order).
+    witness = {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotContent",
+        "metadata": {"name": "witness"},
+        "spec": {
+            "driver": DRIVER_NAME, "deletionPolicy": "Retain", "source": {"snapshotHandle": handle},
+            "volumeSnapshotRef": {"name": "w", "namespace": NAMESPACE},
+        },
+    }  # fmt: skip
+    cluster.create("volumesnapshotcontents", witness)
+    await until(lambda: (content(cluster, "witness") or {}).get("status", {}).get("readyToUse"))
 
     # Between the snapshot-controller's create and its status write: nothing to do.
     await assert_stays(lambda: untouched(cluster, name), duration=1.0, what="member written")
