@@ -338,7 +338,7 @@ class KubeClient:
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Body | None:
         """The object, or None when it does not exist."""
         try:
-            return await self._request("GET", resource.path(namespace, name))
+            return await self.read(resource, name, namespace)
         except NotFoundError:
             return None
 
@@ -353,6 +353,11 @@ class KubeClient:
             return await self._request("GET", resource.path(namespace, name), accept=METADATA_ONLY)
         except NotFoundError:
             return None
+
+    async def read(self, resource: Resource, name: str, namespace: str | None = None) -> Body:
+        """The object; `NotFoundError` when it does not exist, with the server's own text
+        (`volumesnapshots.snapshot.storage.k8s.io "x" not found`), as client-go's Get."""
+        return await self._request("GET", resource.path(namespace, name))
 
     async def list(
         self,

@@ -741,7 +741,7 @@ class EmulatedCluster:
     def _existing(self, kind: Kind, namespace: str | None, name: str) -> Body:
         obj = self._store[kind].get(self._key(kind, namespace, name))
         if obj is None:
-            raise StatusError(404, f'{kind.plural} "{name}" not found')
+            raise apimachinery.not_found(kind.plural, kind.group, name)
         return obj
 
     def _page(
