@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import kube, leadership
+from kopf_csi import flags, kube, leadership
 from kopf_csi.caches import Caches
 from kopf_csi.settings import Settings
 
@@ -96,7 +96,7 @@ def settings_from_memo(memo: Any) -> Settings:
     settings = getattr(memo, "settings", None)
     if isinstance(settings, Settings):
         return settings
-    settings = Settings.from_env()
+    settings = flags.from_env(os.environ)
     memo.settings = settings
     return settings
 
