@@ -24,7 +24,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
 import kopf
 import structlog
 
@@ -189,7 +188,7 @@ async def _list_claims(memo: kopf.Memo, served: Served, *, delay: float = 0.2) -
             async for page in memo.api.pages(kube.CLAIMS):
                 for claim in page:
                     changed(claim, False)
-        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+        except kube.REQUEST_ERRORS as exc:
             log.warning("claims_list_retry", provisioner=served.provisioner.name, error=str(exc))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -215,7 +214,7 @@ async def _resume(provisioner: Provisioner, *, delay: float = 0.2) -> list[str]:
     while True:
         try:
             return await provisioner.resume()
-        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+        except kube.REQUEST_ERRORS as exc:
             log.warning("journal_resume_retry", error=str(exc), delay=delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
