@@ -59,7 +59,7 @@ class Served:
 async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
     memo.served_provisioners = {}
-    with_driver = await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    with_driver = await runtime.wait_for_driver(memo)
     # Users' back ends: those registered already, and any registered later, at once.
     for registration in registered_provisioners(memo):
         _start_backend(memo, registration)
