@@ -113,6 +113,16 @@ def test_the_real_tree_keeps_every_contract() -> None:
             id="kubernetes-asyncio outside kube",
         ),
         pytest.param(
+            "kopf_csi/endpoints.py", "import prometheus_client", "prometheus",
+            "kopf_csi.endpoints -> prometheus_client",
+            id="prometheus-client outside metrics",
+        ),
+        pytest.param(
+            "kopf_csi/kube.py", "import yaml", "sandbox-extra",
+            "kopf_csi.kube -> yaml",
+            id="the sandbox extra in runtime code",
+        ),
+        pytest.param(
             "kopf_csi/driver/node.py", "import grpclib.server", "grpc",
             "kopf_csi.driver.node -> grpclib",
             id="grpclib outside kopf_csi.csi",
