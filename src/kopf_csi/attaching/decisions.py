@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from kopf_csi import kube, names
+from kopf_csi import names
 from kopf_csi.attaching.errors import AttachError, error_code, error_text
 
 __all__ = [
@@ -213,39 +213,37 @@ def node_id(*, driver: str, node_name: str, csinode: Body | None, va: Body | Non
 
 
 def add_finalizer_patch(obj: Body, finalizer: str) -> MergePatch | None:
-    """A merge patch appending the finalizer, guarded by the resourceVersion read; None if it
-    is there.
+    """A merge patch appending the finalizer to the list read; None if it is there.
 
-    A stale read then fails (409, `kube.StaleWriteError`) instead of writing over another
+    It replaces the whole list, so it is sent guarded by the resourceVersion read
+    (`kube.guarded_patch`): a stale read then fails (409) instead of writing over another
     controller's change to the list (external-provisioner #1217).
     """
     current = list(_meta(obj).get("finalizers") or ())
     if finalizer in current:
         return None
-    return kube.guarded_patch(obj, {"metadata": {"finalizers": [*current, finalizer]}})
+    return {"metadata": {"finalizers": [*current, finalizer]}}
 
 
 def remove_finalizer_patch(obj: Body, finalizer: str) -> MergePatch | None:
-    """A merge patch removing the finalizer, guarded by the resourceVersion read; None if it is
-    not there.
+    """A merge patch of the list read without the finalizer; None if it is not there.
 
     external-attacher v4.13's `removeFinalizerPatch` guards the list with a JSON-patch `test`
     of the item; a failed `test` is a 422 that a real server cannot tell from a bad patch, so
-    the whole object's version is the guard here: a stale read fails (409) instead of
-    re-adding finalizers other controllers removed meanwhile (#1217).
+    this is sent guarded by the whole object's resourceVersion (`kube.guarded_patch`): a stale
+    read fails (409) instead of re-adding finalizers other controllers removed (#1217).
     """
     current = list(_meta(obj).get("finalizers") or ())
     if finalizer not in current:
         return None
-    remaining = [f for f in current if f != finalizer]
-    return kube.guarded_patch(obj, {"metadata": {"finalizers": remaining}})
+    return {"metadata": {"finalizers": [f for f in current if f != finalizer]}}
 
 
 def va_metadata_patch(va: Body, *, finalizer: str, node_id: str) -> MergePatch | None:
     """The merge patch written before ControllerPublish: finalizer and node-ID annotation.
 
-    None when both are there. The resourceVersion guards the finalizer list against a stale
-    read, as on PVs.
+    None when both are there. Sent guarded by the resourceVersion read, as on PVs: it
+    replaces the finalizer list.
     """
     meta = _meta(va)
     finalizers = list(meta.get("finalizers") or ())
@@ -257,7 +255,7 @@ def va_metadata_patch(va: Body, *, finalizer: str, node_id: str) -> MergePatch |
         patch["annotations"] = {names.ANN_VA_NODE_ID: node_id}
     if not patch:
         return None
-    return kube.guarded_patch(va, {"metadata": patch})
+    return {"metadata": patch}
 
 
 def attached_status(publish_context: Mapping[str, str] | None) -> dict[str, Any]:

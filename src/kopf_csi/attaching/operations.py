@@ -325,7 +325,7 @@ class Attacher:
     async def _patch_volume(
         self, pv: Body, plan: Callable[[Body], decisions.MergePatch | None]
     ) -> Body | None:
-        """The guarded JSON patch `plan` makes of the PV (None: nothing to do), and the answer.
+        """The guarded merge patch `plan` makes of the PV (None: nothing to do), and the answer.
 
         NotFoundError when the PV is gone (see `_patch_guarded`).
         """
@@ -353,7 +353,7 @@ class Attacher:
             patch = plan(current)
             if patch is None:
                 return None
-            return await self.api.patch(resource, name, patch)
+            return await self.api.patch(resource, name, kube.guarded_patch(current, patch))
 
         async def read() -> Body | None:
             log.debug("stale_read", obj=obj)
