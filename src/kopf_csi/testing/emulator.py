@@ -427,9 +427,11 @@ class Faults:
         return None
 
     def remove(self, fault: Fault | Race) -> None:
-        for pending in (self._faults, self._races):
-            if fault in pending:
-                pending.remove(fault)  # type: ignore[arg-type]
+        if isinstance(fault, Race):
+            if fault in self._races:
+                self._races.remove(fault)
+        elif fault in self._faults:
+            self._faults.remove(fault)
 
     def clear(self) -> None:
         self._faults.clear()
