@@ -58,6 +58,7 @@ __all__ = [
     "Resource",
     "StaleWriteError",
     "decode_secret_data",
+    "guarded_patch",
     "login",
     "retry_on_conflict",
     "user_agent",
@@ -155,11 +156,25 @@ class ConflictError(KubeError):
 class StaleWriteError(ConflictError):
     """Someone else wrote the object after we read it: a lost race, not a failure.
 
-    A PUT with a stale resourceVersion is 409 Conflict; a JSON patch whose
-    `test /metadata/resourceVersion` (or any other `test`) fails is 422 Invalid, with the
-    json-patch library's "testing value ... failed" as its cause. Either way the write did
-    nothing: read the object again and decide again, quietly.
+    The API says so in one way only: 409 Conflict, for a PUT or a merge patch that carries the
+    `metadata.resourceVersion` it was made from (`guarded_patch`). A JSON patch's failed
+    `test` is never one: the real server answers every JSON-patch failure alike (422 Invalid,
+    `details: {}`), so a lost race cannot be told from a bad patch by it, and no guarded
+    write here is a JSON patch. Either way the write did nothing: read the object again and
+    decide again, quietly (`retry_on_conflict`).
     """
+
+
+def guarded_patch(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch `patch`, guarded by the resourceVersion of `obj`, the copy it was made
+    from: if anyone wrote the object since, the server answers 409 (`StaleWriteError`) and
+    writes nothing. A list in it (the finalizers) replaces the whole list, which the guard
+    makes safe: it can only replace the list as we read it."""
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    if not version:
+        raise ValueError("a guarded write needs the resourceVersion of the object it was made of")
+    metadata = {**(patch.get("metadata") or {}), "resourceVersion": str(version)}
+    return {**patch, "metadata": metadata}
 
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
@@ -584,24 +599,6 @@ def _decode(raw: bytes, *, status: int, method: str, path: str) -> Body:
     message = str(data.get("message") or f"{method} {path} failed")
     reason = str(data.get("reason") or "")
     error: type[KubeError] = {404: NotFoundError, 409: ConflictError}.get(status, KubeError)
-    if _is_stale_write(status, reason, data):
+    if status == 409 and reason == "Conflict":  # not AlreadyExists
         error = StaleWriteError
-        causes = [str(c.get("message")) for c in _causes(data) if c.get("message")]
-        if causes:
-            message = f"{message}: {'; '.join(causes)}"
     raise error(message, status=status, reason=reason)
-
-
-def _causes(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    details = status.get("details")
-    causes = details.get("causes") if isinstance(details, Mapping) else None
-    return [c for c in causes if isinstance(c, Mapping)] if isinstance(causes, list) else []
-
-
-def _is_stale_write(status: int, reason: str, body: Mapping[str, Any]) -> bool:
-    if status == 409:
-        return reason == "Conflict"  # not AlreadyExists
-    return status == 422 and any(
-        str(cause.get("message", "")).startswith(("testing value ", "error in test for path"))
-        for cause in _causes(body)
-    )

@@ -402,9 +402,9 @@ class ContentController(abc.ABC):
     async def _release(self, content: Body) -> Outcome:
         """`removeContentFinalizer`: only the bound-protection finalizer, nothing else.
 
-        The patch tests the finalizers it was computed from; when the snapshot-controller (or
-        anyone) changed them meanwhile, that is a lost race: the content is read again and the
-        patch computed again, at once and quietly.
+        The patch carries the resourceVersion it was computed from; when the
+        snapshot-controller (or anyone) wrote the content meanwhile (409), that is a lost race:
+        the content is read again and the patch computed again, at once and quietly.
         """
         name = str(content["metadata"]["name"])
         released = False
@@ -414,7 +414,7 @@ class ContentController(abc.ABC):
             patch = decisions.release_patch(current, finalizer=self.finalizer)
             if patch is None:
                 return current
-            updated = await self.api.patch(self.resource, name, patch, patch_type="json")
+            updated = await self.api.patch(self.resource, name, kube.guarded_patch(current, patch))
             self.contents.store(updated)
             released = True
             return updated
@@ -430,6 +430,9 @@ class ContentController(abc.ABC):
             await kube.retry_on_conflict(write, content, read=read)
         except kube.NotFoundError:
             return DONE
+        except kube.StaleWriteError as exc:  # every fresh read lost too: the queue tries later
+            log.debug("content_release_raced", content=name, error=str(exc))
+            return RETRY
         except kube.KubeError as exc:
             log.warning("content_not_released", error=controller_update_error(name, exc.message))
             return RETRY
@@ -443,7 +446,7 @@ class ContentController(abc.ABC):
         """`update*ContentStatus`: read the content from the API, fill in its status
         (`status_of(current status)`: the new one, None when nothing changes).
 
-        The write is guarded by the resourceVersion it was computed from. A 409/422 means that
+        The write is guarded by the resourceVersion it was computed from. A 409 means that
         someone wrote first: read again and retry at once, quietly (the driver's answer is in
         hand; failing here would call the driver again for work that already succeeded).
         """
@@ -453,14 +456,10 @@ class ContentController(abc.ABC):
             status = status_of(fresh.get("status"))
             if status is None:
                 return fresh
-            version = str((fresh.get("metadata") or {}).get("resourceVersion") or "")
-            patch = [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-                {"op": "add", "path": "/status", "value": status},
-            ]
-            updated = await self.api.patch(
-                self.resource, name, patch, patch_type="json", subresource="status"
-            )
+            # A merge patch: what the new status no longer has goes explicitly (null).
+            dropped = {key: None for key in fresh.get("status") or {} if key not in status}
+            patch = kube.guarded_patch(fresh, {"status": {**status, **dropped}})
+            updated = await self.api.patch(self.resource, name, patch, subresource="status")
             self.contents.store(updated)
             return updated
 

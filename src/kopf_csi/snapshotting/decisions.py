@@ -256,14 +256,12 @@ def cleared_status_patch() -> dict[str, Any]:
 
 def release_patch(
     content: Body, *, finalizer: str = names.FINALIZER_SNAPSHOT_CONTENT_BOUND
-) -> list[dict[str, Any]] | None:
-    """`removeContentFinalizer`: a JSON patch dropping the bound-protection finalizer (only it),
-    guarded by a `test` of the list it was computed from; None when it is not there."""
+) -> dict[str, Any] | None:
+    """`removeContentFinalizer`: a merge patch of the finalizers read without the
+    bound-protection finalizer (only it), to send guarded by the resourceVersion read
+    (`kube.guarded_patch`: 409 when stale); None when it is not there."""
     finalizers = list(meta_of(content).get("finalizers") or [])
     if finalizer not in finalizers:
         return None
     remaining = [f for f in finalizers if f != finalizer]
-    return [
-        {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-        {"op": "replace", "path": "/metadata/finalizers", "value": remaining or None},
-    ]
+    return {"metadata": {"finalizers": remaining}}
