@@ -48,12 +48,13 @@ their progress in annotations on the objects), finalizers, daemons and timers.
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import kopf
+
+from kopf_csi.streams import Event, StreamHandler
 
 __all__ = [
     "ClaimEventHandler",
@@ -70,9 +71,6 @@ __all__ = [
 ]
 
 Body = Mapping[str, Any]
-Event = Literal[
-    "claim_event", "volume_event", "volume_provisioned", "volume_released", "volume_deleted"
-]
 
 
 class ClaimEventHandler(Protocol):
@@ -112,16 +110,6 @@ class VolumeHandler(Protocol):
     def __call__(
         self, *, volume: Body, body: Body, logger: Any, memo: kopf.Memo, **kwargs: Any
     ) -> Awaitable[None] | None: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamHandler:
-    """One registered handler: what it is called for, and how it is named in the logs."""
-
-    event: Event
-    fn: Callable[..., Any]
-    id: str
-    provisioner: str | None = None  # the volume events of this provisioner's PVs only
 
 
 _registered: weakref.WeakKeyDictionary[Any, list[StreamHandler]] = weakref.WeakKeyDictionary()

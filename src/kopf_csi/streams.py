@@ -15,22 +15,36 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 import structlog
 
 from kopf_csi import kube, logs, names
-from kopf_csi.on import StreamHandler
 
-__all__ = ["MAX_QUEUED", "Streams", "volume_changes"]
+__all__ = ["MAX_QUEUED", "Event", "StreamHandler", "Streams", "volume_changes"]
 
 MAX_QUEUED = 10_000
 """Events waiting per handler; more are dropped with a warning (the first, then every 1,000th)."""
 DROPS_PER_WARNING = 1000
 
 Body = Mapping[str, Any]
+Event = Literal[
+    "claim_event", "volume_event", "volume_provisioned", "volume_released", "volume_deleted"
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamHandler:
+    """One handler of `kopf_csi.on`: what it is called for, and how it is named in the logs."""
+
+    event: Event
+    fn: Callable[..., Any]
+    id: str
+    provisioner: str | None = None  # the volume events of this provisioner's PVs only
+
 
 log = structlog.get_logger("kopf_csi.streams")
 

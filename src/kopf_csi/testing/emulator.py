@@ -329,11 +329,34 @@ class Fault:
         return all(want is None or want == got for want, got in wanted)
 
 
+OTHER_WRITER = "other-writer"
+"""The field manager of the writes `Faults.lose_race` makes before ours."""
+
+
+def _other_writer(obj: Body) -> Body:
+    meta = obj["metadata"]
+    annotations = dict(meta.get("annotations") or {})
+    annotations["testing.kopf-csi.dev/other-writer"] = str(int(meta["resourceVersion"]) + 1)
+    return {**obj, "metadata": {**meta, "annotations": annotations}}
+
+
+@dataclasses.dataclass(eq=False)
+class Race:
+    """Another writer's write, made just before a matching write of ours (`lose_race`)."""
+
+    resource: str | None
+    name: str | None
+    times: int
+    subresource: str | None
+    change: Callable[[Body], Body]
+
+
 class Faults:
     """API faults to inject over HTTP (the Python-level API is never affected)."""
 
     def __init__(self) -> None:
         self._faults: list[Fault] = []
+        self._races: list[Race] = []
         self._cuts: list[list[Any]] = []  # [plural, events sent before the cut, times left]
 
     def cut_watch(self, resource: str, *, after: int = 1, times: int = 1) -> None:
@@ -368,24 +391,54 @@ class Faults:
         return fault
 
     def lose_race(
-        self, resource: str, name: str | None = None, *, times: int = 1, subresource: str = ""
-    ) -> Fault:
-        """The next patch of the object fails its `test` (someone wrote first): the real 422."""
-        status = apimachinery.failed_test("/metadata/resourceVersion")
-        return self.add(
-            422, verb="patch", resource=resource, name=name, times=times,
-            body=_dumps(status.status()), subresource=subresource,
-        )  # fmt: skip
+        self,
+        resource: str,
+        name: str | None = None,
+        *,
+        times: int = 1,
+        subresource: str | None = "",
+        change: Callable[[Body], Body] | None = None,
+    ) -> Race:
+        """Another writer writes the object just before each of our next `times` writes to it
+        (a PATCH or PUT; `subresource` as for `add`), as on a real server: a write guarded by
+        the version read before (a merge patch's or a PUT's resourceVersion) then answers the
+        real 409, a JSON patch's `test` the real bare 422, and an unguarded write goes
+        through. `change` is the other writer's edit (default: an annotation of its own)."""
+        race = Race(resource, name, times, subresource, change or _other_writer)
+        self._races.append(race)
+        return race
 
-    def remove(self, fault: Fault) -> None:
-        if fault in self._faults:
+    def take_race(
+        self, *, verb: str, plural: str, name: str | None, subresource: str | None
+    ) -> Race | None:
+        if verb not in ("patch", "update"):
+            return None
+        for race in self._races:
+            wanted = (
+                (race.resource, plural),
+                (race.name, name),
+                (race.subresource, subresource or ""),
+            )
+            if all(want is None or want == got for want, got in wanted):
+                race.times -= 1
+                if race.times <= 0:
+                    self._races.remove(race)
+                return race
+        return None
+
+    def remove(self, fault: Fault | Race) -> None:
+        if isinstance(fault, Race):
+            if fault in self._races:
+                self._races.remove(fault)
+        elif fault in self._faults:
             self._faults.remove(fault)
 
     def clear(self) -> None:
         self._faults.clear()
+        self._races.clear()
 
     def __len__(self) -> int:
-        return len(self._faults) + len(self._cuts)
+        return len(self._faults) + len(self._cuts) + len(self._races)
 
     def take(
         self, *, verb: str, plural: str, name: str | None, subresource: str | None = None
@@ -741,7 +794,7 @@ class EmulatedCluster:
     def _existing(self, kind: Kind, namespace: str | None, name: str) -> Body:
         obj = self._store[kind].get(self._key(kind, namespace, name))
         if obj is None:
-            raise StatusError(404, f'{kind.plural} "{name}" not found')
+            raise apimachinery.not_found(kind.plural, kind.group, name)
         return obj
 
     def _page(
@@ -1037,6 +1090,13 @@ class EmulatedCluster:
         if fault is not None:
             raise StatusError(fault.code, fault.message)
         ns, name, sub = target.namespace, target.name or "", target.subresource
+        race = self.faults.take_race(
+            verb=verb, plural=kind.plural, name=target.name, subresource=sub
+        )
+        if race is not None and self._key(kind, ns, name) in self._store[kind]:
+            # Someone else writes the object first, between our read and our write.
+            self._count_write(OTHER_WRITER, "update", kind, None)
+            self._update(kind, ns, name, race.change, None, OTHER_WRITER)
         if verb == "watch":
             return await self._serve_watch(request, kind, target)
         if verb == "list":
@@ -1051,7 +1111,12 @@ class EmulatedCluster:
         if verb == "get":
             if sub is not None and (sub != "status" or not kind.status):
                 raise StatusError(404, f"{kind.plural} has no subresource {sub!r}")
-            return aiohttp.web.json_response(self._existing(kind, ns, name), dumps=_dumps)
+            found = self._existing(kind, ns, name)
+            if "as=PartialObjectMetadata" in request.headers.get("Accept", ""):
+                # As the real server: the metadata alone (a Secret's data stays on the server).
+                found = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                         "metadata": found.get("metadata", {})}  # fmt: skip
+            return aiohttp.web.json_response(found, dumps=_dumps)
         payload = await _read_json(request)
         manager = apimachinery.manager_name(
             params.get("fieldManager"), request.headers.get("User-Agent")
