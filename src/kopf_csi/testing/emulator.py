@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import aiohttp.web
 import kmock
 
-from kopf_csi.testing import apimachinery
+from kopf_csi.testing import apimachinery, discovery, tables
 from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.authorization import Authorizer
 from kopf_csi.testing.requestlog import RequestLog
@@ -413,10 +413,21 @@ class _Discovery(kmock.KubernetesScaffold):
         response: aiohttp.web.StreamResponse = await super()._handle(request)
         return response
 
+    kinds: Mapping[tuple[str, str, str], Kind] = {}  # the cluster's, set by it
+
     async def _serve_version(self, request: kmock.Request) -> kmock.Payload:
-        payload = cast(Body, await super()._serve_version(request))
-        payload["groupVersion"] = payload["groupVersion"].lstrip("/")  # kmock says "/v1" for core
-        return payload
+        """A group version's resources with the real server's facts (``discovery``)."""
+        assert request.resource is not None  # kmock routes only /api/<v> and /apis/<g>/<v> here
+        group, version = str(request.resource.group), str(request.resource.version)
+        if group and not any(k[:2] == (group, version) for k in self.kinds):
+            raise kmock.KubernetesResourceNotFoundError()
+        return discovery.group_version(group, version, self.kinds.values())
+
+    async def _serve_server_version(self, request: kmock.Request) -> kmock.Payload:
+        return discovery.server_version()
+
+    async def _serve_api(self, request: kmock.Request) -> kmock.Payload:
+        return discovery.core_versions(request.url.host or "", request.url.port)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -517,6 +528,7 @@ class EmulatedCluster:
         self._rv = 0
         self._snapshots: dict[str, tuple[int, list[Body]]] = {}  # paginated LISTs in progress
         self._discovery = _Discovery()
+        self._discovery.kinds = self._kinds
         for kind in kinds:
             self.serve(kind)
         self._runner: aiohttp.web.ServerRunner | None = None
@@ -1039,8 +1051,11 @@ class EmulatedCluster:
         ns, name, sub = target.namespace, target.name or "", target.subresource
         if verb == "watch":
             return await self._serve_watch(request, kind, target)
+        as_table = tables.wants_table(request.headers.get("Accept", ""))
         if verb == "list":
             items, meta = self._page(kind, ns, params)
+            if as_table:
+                return _table_response(kind, items, meta, params)
             body = {
                 "apiVersion": kind.api_version,
                 "kind": f"{kind.kind}List",
@@ -1051,7 +1066,11 @@ class EmulatedCluster:
         if verb == "get":
             if sub is not None and (sub != "status" or not kind.status):
                 raise StatusError(404, f"{kind.plural} has no subresource {sub!r}")
-            return aiohttp.web.json_response(self._existing(kind, ns, name), dumps=_dumps)
+            obj = self._existing(kind, ns, name)
+            if as_table and sub is None:
+                meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+                return _table_response(kind, [obj], meta, params)
+            return aiohttp.web.json_response(obj, dumps=_dumps)
         payload = await _read_json(request)
         manager = apimachinery.manager_name(
             params.get("fieldManager"), request.headers.get("User-Agent")
@@ -1171,6 +1190,16 @@ class EmulatedCluster:
             if not lines[-1]:
                 break  # closed by the cluster
         await response.write_eof()
+
+
+def _table_response(
+    kind: Kind, items: list[Body], meta: Mapping[str, Any], params: Mapping[str, str]
+) -> aiohttp.web.Response:
+    """What ``kubectl get`` asks for: a meta.k8s.io/v1 Table (``tables``)."""
+    body = tables.table(
+        kind.group, kind.plural, items, metadata=meta, include_object=params.get("includeObject")
+    )
+    return aiohttp.web.json_response(body, dumps=_dumps)
 
 
 def _tidy(meta: Body) -> Body:
