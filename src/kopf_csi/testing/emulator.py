@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import aiohttp.web
 import kmock
 
-from kopf_csi.testing import apimachinery, discovery, tables
+from kopf_csi.testing import apimachinery, discovery, openapi, tables
 from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.authorization import Authorizer
 from kopf_csi.testing.requestlog import RequestLog
@@ -1019,15 +1019,20 @@ class EmulatedCluster:
         if self.write_latency and request.method in _WRITE_METHODS:
             await asyncio.sleep(self.write_latency)
         target = _parse_path(request.path)
+        if target is None and request.path.startswith("/openapi/"):
+            return self._serve_openapi(request.path)
         if target is None:
             if len(request.path) > 1 and request.path.endswith("/"):  # kmock wants "/api/v1"
                 request = request.clone(rel_url=request.rel_url.with_path(request.path.rstrip("/")))
             response: aiohttp.web.StreamResponse = await self._discovery(request)
             return response
         try:
-            return await self._serve(request, target)
+            response = await self._serve(request, target)
         except StatusError as error:
             return aiohttp.web.json_response(error.status(), status=error.code, dumps=_dumps)
+        for warning in request.get(_WARNINGS, ()):
+            response.headers.add("Warning", f'299 - "{_dumps(warning)[1:-1]}"')
+        return response
 
     async def _serve(
         self, request: aiohttp.web.BaseRequest, target: _Target
@@ -1076,6 +1081,9 @@ class EmulatedCluster:
             params.get("fieldManager"), request.headers.get("User-Agent")
         )
         self._count_write(manager, verb, kind, sub)
+        request[_WARNINGS] = _validate_fields(
+            kind, verb, payload, params.get("fieldValidation"), request.content_type
+        )
         if verb == "create":
             if kind.namespaced and ns is None:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
@@ -1095,6 +1103,20 @@ class EmulatedCluster:
             patcher = _patcher(kind, _patch_type(request.content_type))
             result = self._update(kind, ns, name, lambda old: patcher(old, payload), sub, manager)
         return aiohttp.web.json_response(result, dumps=_dumps)
+
+    def _serve_openapi(self, path: str) -> aiohttp.web.Response:
+        """``/openapi/v3`` and its group versions' documents (``openapi``); v2 is not served."""
+        if path.rstrip("/") == "/openapi/v3":
+            body = openapi.index(self._kinds.values())
+        else:
+            document = openapi.served_document(
+                path.removeprefix("/openapi/v3/"), self._kinds.values()
+            )
+            if document is None or not path.startswith("/openapi/v3/"):
+                error = StatusError(404, "the server could not find the requested resource")
+                return aiohttp.web.json_response(error.status(), status=404, dumps=_dumps)
+            body = dict(document)
+        return aiohttp.web.json_response(body, dumps=_dumps)
 
     async def _serve_watch(
         self, request: aiohttp.web.BaseRequest, kind: Kind, target: _Target
@@ -1190,6 +1212,22 @@ class EmulatedCluster:
             if not lines[-1]:
                 break  # closed by the cluster
         await response.write_eof()
+
+
+_WARNINGS = "kopf_csi.warnings"  # a request's field validation warnings (fieldValidation=Warn)
+
+
+def _validate_fields(
+    kind: Kind, verb: str, payload: Any, directive: str | None, content_type: str
+) -> list[str]:
+    """``fieldValidation``: Strict refuses unknown fields (400), Warn returns them for the
+    Warning headers; JSON patches name paths, not fields, and are not checked (``openapi``)."""
+    if directive not in ("Strict", "Warn") or content_type == "application/json-patch+json":
+        return []
+    unknown = openapi.unknown_fields(kind, payload)
+    if unknown and directive == "Strict":
+        raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
+    return [f'unknown field "{field}"' for field in unknown]
 
 
 def _table_response(
