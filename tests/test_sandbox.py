@@ -1,6 +1,9 @@
 """The README's first command: the sandbox starts everything, checks it, and leaves nothing.
 
 We test these aspects:
+- `-m` runs the user's modules (a file, a dotted module from the current directory) beside the
+  defaults; a module that is not there, or fails on import, is one line on stderr and a
+  non-zero exit before anything starts;
 - every component answers (API, driver, operator) and the sandbox says so;
 - the example manifests are applied over HTTP, and the narration follows each claim through
   provisioning, binding, attachment, detachment, deletion and volume deletion;
@@ -41,3 +44,76 @@ def test_sandbox_runs_and_exits_cleanly(tmp_path: pathlib.Path) -> None:
     assert "stopped: nothing left running" in out
     assert (workdir / "kubeconfig").exists()
     assert not (workdir / "csi.sock").exists()
+
+
+SANDBOX = [sys.executable, "-m", "kopf_csi.sandbox"]
+HOOK_MODULE = """
+import pathlib
+
+import kopf
+from kopf_csi.provisioning.hooks import create_volume_hooks
+
+
+async def mark(claim, storage_class, request):
+    pathlib.Path(f"{MARK}-{claim['metadata']['name']}").touch()
+
+
+@kopf.on.startup()
+async def register(memo, **_):
+    create_volume_hooks(memo).append(mark)
+"""
+
+
+def _project(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A user's project: a handler file, and a package with a handler module, each a
+    CreateVolume hook that leaves a file named after each claim it saw."""
+    project = tmp_path / "project"
+    (project / "mine").mkdir(parents=True)
+    (project / "mine" / "__init__.py").write_text("")
+    (project / "mine" / "hooks.py").write_text(HOOK_MODULE.replace("{MARK}", "dotted"))
+    (project / "hook.py").write_text(HOOK_MODULE.replace("{MARK}", "file"))
+    return project
+
+
+def test_sandbox_runs_the_users_modules_beside_the_defaults(tmp_path: pathlib.Path) -> None:
+    project = _project(tmp_path)
+    args = ["--dir", str(tmp_path / "sandbox"), "--timeout", "5", "-m", "./hook.py"]
+    result = subprocess.run(
+        [*SANDBOX, *args, "-m", "mine.hooks"],
+        capture_output=True, text=True, timeout=90, cwd=project,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "handlers.resizer, ./hook.py, mine.hooks; connected to" in result.stdout
+    assert "pvc default/data-immediate  Bound" in result.stdout
+    marks = sorted(path.name for path in project.iterdir() if "-data-" in path.name)
+    assert marks == [
+        "dotted-data-immediate", "dotted-data-wffc", "file-data-immediate", "file-data-wffc",
+    ]  # fmt: skip
+
+
+def test_a_bad_module_is_one_line_and_starts_nothing(tmp_path: pathlib.Path) -> None:
+    project = _project(tmp_path)
+    (project / "broken.py").write_text("import kopf\n\nvalue = undefined_name\n")
+    (project / "unfinished.py").write_text("def handler(:\n")
+    expected = {
+        "missing": (2, "no module named 'missing'"),
+        "./absent.py": (2, "no such handler file: 'absent.py'"),
+        "./broken.py": (
+            1,
+            "a handler module failed to load (./broken.py): NameError: name 'undefined_name' "
+            "is not defined (broken.py, line 3)",
+        ),
+        "unfinished": (1, "a handler module failed to load (unfinished): SyntaxError: "),
+    }
+    workdir = tmp_path / "sandbox"
+    for module, (code, text) in expected.items():
+        result = subprocess.run(
+            [*SANDBOX, "--dir", str(workdir), "-m", module],
+            capture_output=True, text=True, timeout=60, cwd=project,
+        )  # fmt: skip
+        assert result.returncode == code, result.stderr
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith(f"python -m kopf_csi.sandbox: error: {text}"), lines[0]
+        assert result.stdout == ""  # nothing started, nothing narrated
+        assert not (workdir / "kubeconfig").exists()
