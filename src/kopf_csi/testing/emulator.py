@@ -1214,7 +1214,8 @@ class EmulatedCluster:
         await response.write_eof()
 
 
-_WARNINGS = "kopf_csi.warnings"  # a request's field validation warnings (fieldValidation=Warn)
+# A request's field validation warnings (fieldValidation=Warn), for its Warning headers.
+_WARNINGS = aiohttp.web.RequestKey("kopf_csi_warnings", list[str])
 
 
 def _validate_fields(
