@@ -465,7 +465,7 @@ def _verb(method: str, target: _Target, params: Mapping[str, str]) -> str | None
     if method == "GET":
         return "watch" if _truthy(params.get("watch")) else "get" if target.name else "list"
     verbs = (
-        {"POST": "create"}
+        {"POST": "create", "DELETE": "deletecollection"}
         if target.name is None
         else {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}
     )
@@ -950,6 +950,26 @@ class EmulatedCluster:
         }
         return self._commit(kind, key, "MODIFIED", new, old)
 
+    def _delete_collection(
+        self, kind: Kind, namespace: str | None, params: Mapping[str, str]
+    ) -> Body:
+        """DELETE on a collection (its selectors apply): each object as a DELETE would; the
+        answer lists them as they were deleted or marked, as the real server's does."""
+        selected = self._list(
+            kind, namespace, params.get("labelSelector"), params.get("fieldSelector")
+        )
+        items = [
+            self._delete(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"], None)
+            for obj in selected
+        ]
+        meta = {"resourceVersion": str(self._rv)}
+        return {
+            "apiVersion": kind.api_version,
+            "kind": f"{kind.kind}List",
+            "metadata": meta,
+            "items": items,
+        }
+
     def _commit(
         self, kind: Kind, key: tuple[str, str], type_: str, obj: Body, old: Body | None
     ) -> Body:
@@ -1089,6 +1109,14 @@ class EmulatedCluster:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
             return aiohttp.web.json_response(
                 self._create(kind, ns, payload, manager), status=201, dumps=_dumps
+            )
+        if verb == "deletecollection":
+            if verb not in discovery.facts(kind).verbs:  # namespaces
+                raise StatusError(
+                    405, "the server does not allow this method on the requested resource"
+                )
+            return aiohttp.web.json_response(
+                self._delete_collection(kind, ns, params), dumps=_dumps
             )
         if verb == "delete":
             preconditions = (
