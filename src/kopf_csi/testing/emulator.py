@@ -1101,9 +1101,10 @@ class EmulatedCluster:
             params.get("fieldManager"), request.headers.get("User-Agent")
         )
         self._count_write(manager, verb, kind, sub)
-        request[_WARNINGS] = _validate_fields(
-            kind, verb, payload, params.get("fieldValidation"), request.content_type
-        )
+        warnings = request[_WARNINGS] = []
+        validate = _field_validation(kind, verb, params.get("fieldValidation"), warnings)
+        if verb in ("create", "update"):
+            validate(payload)
         if verb == "create":
             if kind.namespaced and ns is None:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
@@ -1129,7 +1130,9 @@ class EmulatedCluster:
             result = self._update(kind, ns, name, lambda old: payload, sub, manager)
         else:
             patcher = _patcher(kind, _patch_type(request.content_type))
-            result = self._update(kind, ns, name, lambda old: patcher(old, payload), sub, manager)
+            result = self._update(
+                kind, ns, name, lambda old: validate(patcher(old, payload)), sub, manager
+            )
         return aiohttp.web.json_response(result, dumps=_dumps)
 
     def _serve_openapi(self, path: str) -> aiohttp.web.Response:
@@ -1246,17 +1249,22 @@ class EmulatedCluster:
 _WARNINGS = aiohttp.web.RequestKey("kopf_csi_warnings", list[str])
 
 
-def _validate_fields(
-    kind: Kind, verb: str, payload: Any, directive: str | None, content_type: str
-) -> list[str]:
-    """``fieldValidation``: Strict refuses unknown fields (400), Warn returns them for the
-    Warning headers; JSON patches name paths, not fields, and are not checked (``openapi``)."""
-    if directive not in ("Strict", "Warn") or content_type == "application/json-patch+json":
-        return []
-    unknown = openapi.unknown_fields(kind, payload)
-    if unknown and directive == "Strict":
-        raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
-    return [f'unknown field "{field}"' for field in unknown]
+def _field_validation(
+    kind: Kind, verb: str, directive: str | None, warnings: list[str]
+) -> Callable[[Any], Any]:
+    """``fieldValidation`` as a check of the object a write proposes (a patch's result):
+    Strict refuses unknown fields with the real 400, Warn adds them to `warnings` for the
+    Warning headers; Ignore, or no directive, checks nothing (``openapi``)."""
+
+    def validate(proposed: Any) -> Any:
+        if directive in ("Strict", "Warn"):
+            unknown = openapi.unknown_fields(kind, proposed)
+            if unknown and directive == "Strict":
+                raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
+            warnings.extend(f'unknown field "{field}"' for field in unknown)
+        return proposed
+
+    return validate
 
 
 def _table_response(

@@ -10,9 +10,11 @@ documents kubectl stops with ``failed to download openapi``.
 How far it goes: every served kind has a schema, generated from ``FIELDS`` below (one small
 declaration per kind: its fields to the depth users write them; deeper parts, and the
 ``status`` of kinds with a status subresource, are free-form objects). Unknown fields are found
-wherever a schema lists its properties, as the real server finds them (``Strict`` refuses,
-``Warn`` answers with ``Warning`` headers, ``Ignore`` and no parameter accept). Values are not
-type-checked, and free-form parts accept anything: a real server is stricter there. The schemas
+wherever a schema lists its properties, in the object a create or an update proposes and in a
+patch's result, as the real server finds them: ``Strict`` refuses, ``Warn`` answers with
+``Warning`` headers. What is left out: values are not type-checked, free-form parts accept
+anything, and an unknown field that is accepted (``Warn``, ``Ignore``, or no parameter, which
+the real server treats as ``Warn``) is stored, where the real server drops it. The schemas
 carry no descriptions (``kubectl explain`` shows the fields and their types only).
 """
 
@@ -212,11 +214,8 @@ def _fields(kind: Served) -> dict[str, Spec]:
 
 
 def unknown_fields(kind: Served, obj: Any) -> list[str]:
-    """The paths of the fields no schema declares (``spec.foo``), in the object's order.
-
-    SMP directives (``$patch``, ``$setElementOrder/...``) are not fields: a patch body is
-    checked as it is, with them left out.
-    """
+    """The paths of the fields no schema declares (``spec.foo``), in the object's order;
+    strategic-merge directives (``$patch``, ...) are not fields."""
     found: list[str] = []
     _walk(_fields(kind), obj, "", found)
     return found
