@@ -208,8 +208,10 @@ async def run(args: argparse.Namespace) -> int:
                 if not await _demo(cluster, api, examples, timeout=args.timeout):
                     return 1
                 if args.serve:
+                    claims = examples / "claims.yaml"
                     print(
                         f"\nserving until Ctrl-C. Try:\n  kubectl --kubeconfig {kubeconfig} "
+                        f"apply -f {claims}\n  kubectl --kubeconfig {kubeconfig} "
                         "get pvc,pv,volumeattachments -A",
                         flush=True,
                     )
