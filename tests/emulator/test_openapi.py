@@ -21,14 +21,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from kopf_csi.testing import openapi
 from kopf_csi.testing.emulator import KINDS, EmulatedCluster
 
 DATA = pathlib.Path(__file__).parent / "data"
 REAL_PATHS = json.loads((DATA / "discovery.json").read_text())["/openapi/v3 (paths only)"]["paths"]
-CRDS = pathlib.Path(__file__).resolve().parents[2] / "manifests" / "crds"
 CLAIMS = "/api/v1/namespaces/default/persistentvolumeclaims"
 
 
@@ -69,15 +67,7 @@ async def test_index_and_documents(cluster: EmulatedCluster) -> None:
         assert len(schemas) == 1, kind
 
 
-def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    found = {}
-    for path in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                (version,) = doc["spec"]["versions"]
-                key = (doc["spec"]["group"], doc["spec"]["names"]["kind"])
-                found[key] = version["schema"]["openAPIV3Schema"]
-    return found
+CRD_KINDS = sorted(key for key in openapi.FIELDS if key[0].endswith("snapshot.storage.k8s.io"))
 
 
 def _compare(ours: Any, theirs: dict[str, Any], path: str) -> None:
@@ -89,9 +79,16 @@ def _compare(ours: Any, theirs: dict[str, Any], path: str) -> None:
             _compare(spec, theirs["properties"][key], f"{path}.{key}")
 
 
-@pytest.mark.parametrize("key", sorted(_crd_schemas()))
-def test_crd_kinds_declare_their_crds_properties(key: tuple[str, str]) -> None:
-    crd = _crd_schemas()[key]
+@pytest.mark.parametrize("key", CRD_KINDS)
+def test_crd_kinds_declare_their_crds_properties(
+    key: tuple[str, str], crds: list[tuple[Any, Any]]
+) -> None:
+    (crd,) = [
+        version["schema"]["openAPIV3Schema"]
+        for crd, version in crds
+        if (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == key
+    ]
+    assert len(crds) == len(CRD_KINDS)
     ours = openapi.FIELDS[key]
     assert set(ours) == set(crd["properties"]) - {"apiVersion", "kind", "metadata"}
     _compare(ours, {"properties": {k: crd["properties"][k] for k in ours}}, key[1])

@@ -23,14 +23,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from kopf_csi.testing import tables
 from kopf_csi.testing.emulator import EmulatedCluster
 
 DATA = pathlib.Path(__file__).parent / "data"
 REAL = json.loads((DATA / "tables.json").read_text())
-CRDS = pathlib.Path(__file__).resolve().parents[2] / "manifests" / "crds"
 NOW = datetime.datetime(2026, 12, 2, 5, 6, 30, tzinfo=datetime.UTC)
 CLAIMS = "/api/v1/namespaces/bodies2/persistentvolumeclaims"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -119,19 +117,22 @@ def test_tables_as_the_real_server_makes_them(path: str) -> None:
     assert ours == real
 
 
-def _crd_columns() -> dict[tuple[str, str], list[dict[str, Any]]]:
-    found = {}
-    for path in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                (version,) = doc["spec"]["versions"]
-                key = (doc["spec"]["group"], doc["spec"]["names"]["plural"])
-                found[key] = version["additionalPrinterColumns"]
-    return found
+CRD_KINDS = sorted(key for key in tables.COLUMNS if key[0].endswith("snapshot.storage.k8s.io"))
 
 
-@pytest.mark.parametrize("key", sorted(_crd_columns()))
-def test_crd_columns_are_the_manifests(key: tuple[str, str]) -> None:
+def test_every_crd_has_its_columns(crds: list[tuple[Any, Any]]) -> None:
+    assert sorted((crd["spec"]["group"], crd["spec"]["names"]["plural"]) for crd, _ in crds) == (
+        CRD_KINDS
+    )
+
+
+@pytest.mark.parametrize("key", CRD_KINDS)
+def test_crd_columns_are_the_manifests(key: tuple[str, str], crds: list[tuple[Any, Any]]) -> None:
+    (columns,) = [
+        version["additionalPrinterColumns"]
+        for crd, version in crds
+        if (crd["spec"]["group"], crd["spec"]["names"]["plural"]) == key
+    ]
     wanted = [
         {
             "name": column["name"],
@@ -141,7 +142,7 @@ def test_crd_columns_are_the_manifests(key: tuple[str, str]) -> None:
             or f"Custom resource definition column (in JSONPath format): {column['jsonPath']}",
             "priority": column.get("priority", 0),
         }
-        for column in _crd_columns()[key]
+        for column in columns
     ]
     ours = [column.definition() for column in tables.COLUMNS[key]]
     assert ours[0]["name"] == "Name"
