@@ -67,6 +67,8 @@ PatchType = Literal["merge", "json", "strategic"]
 LIST_PAGE_SIZE = 500
 WATCH_TIMEOUT = 300  # seconds a watch request runs before the server ends it (client-go: 5-10 min)
 """Objects per LIST page: client-go's pager and reflector use 500, and so do we (and kopf)."""
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+"""The Accept header of a GET that wants the object's metadata alone (`get_metadata`)."""
 CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -224,12 +226,12 @@ class Credentials:
         return f"Credentials(server={self.server!r}, insecure={self.insecure})"
 
 
-async def _load(kubeconfig: pathlib.Path | None) -> Any:
+async def _load(kubeconfig: pathlib.Path | None, context: str | None = None) -> Any:
     try:
         if kubeconfig is not None:
             configuration = kubernetes_asyncio.client.Configuration()
             await kubernetes_asyncio.config.load_kube_config(
-                config_file=str(kubeconfig), client_configuration=configuration
+                config_file=str(kubeconfig), context=context, client_configuration=configuration
             )
             return configuration
         configuration = kubernetes_asyncio.client.Configuration()
@@ -297,13 +299,21 @@ class KubeClient:
         # User-Agent ("OpenAPI-Generator/..."), so that ours reaches the server.
         api.default_headers.pop("User-Agent", None)
 
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        return str(self._api.configuration.host)
+
     def as_manager(self, manager: str) -> KubeClient:
         """The same connection, writing as `manager` (e.g. `csi-provisioner`)."""
         return KubeClient(self._api, manager=manager)
 
     @classmethod
-    async def connect(cls, kubeconfig: pathlib.Path | None) -> KubeClient:
-        configuration = await _load(kubeconfig)
+    async def connect(
+        cls, kubeconfig: pathlib.Path | None, *, context: str | None = None
+    ) -> KubeClient:
+        """Log in with the kubeconfig (and its `context`, else its current one), or in-cluster."""
+        configuration = await _load(kubeconfig, context)
         if configuration.proxy is None:
             configuration.proxy = _environment_proxy(configuration.host)
         api = kubernetes_asyncio.client.ApiClient(configuration=configuration)
@@ -328,9 +338,26 @@ class KubeClient:
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Body | None:
         """The object, or None when it does not exist."""
         try:
-            return await self._request("GET", resource.path(namespace, name))
+            return await self.read(resource, name, namespace)
         except NotFoundError:
             return None
+
+    async def get_metadata(
+        self, resource: Resource, name: str, namespace: str | None = None
+    ) -> Body | None:
+        """The object's metadata alone (a PartialObjectMetadata), or None when it does not exist.
+
+        The server leaves the rest out: a Secret's data never comes over the wire.
+        """
+        try:
+            return await self._request("GET", resource.path(namespace, name), accept=METADATA_ONLY)
+        except NotFoundError:
+            return None
+
+    async def read(self, resource: Resource, name: str, namespace: str | None = None) -> Body:
+        """The object; `NotFoundError` when it does not exist, with the server's own text
+        (`volumesnapshots.snapshot.storage.k8s.io "x" not found`), as client-go's Get."""
+        return await self._request("GET", resource.path(namespace, name))
 
     async def list(
         self,
@@ -483,15 +510,19 @@ class KubeClient:
         body: Any = None,
         query: Mapping[str, str | None] | None = None,
         content_type: str = "application/json",
+        accept: str | None = None,
     ) -> Body:
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        headers = {**self._headers, "Content-Type": content_type}
+        if accept is not None:
+            headers["Accept"] = accept
         if method in ("POST", "PUT", "PATCH"):
             params.append(("fieldManager", self.manager))
         response = await self._api.call_api(
             path,
             method,
             query_params=params,
-            header_params={**self._headers, "Content-Type": content_type},
+            header_params=headers,
             body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,

@@ -203,6 +203,18 @@ async def test_group_is_created_restored_from_and_deleted(
     )
     assert member_content is not None
     assert member_content["status"]["volumeGroupSnapshotHandle"] == record.group_snapshot_id
+    # The members' contents are the snapshot-controller's alone: nothing written, no event.
+    for m in members(cluster):
+        c = cluster.get("volumesnapshotcontents", None, m["spec"]["source"][
+            "volumeSnapshotContentName"])  # fmt: skip
+        assert c is not None
+        assert c["metadata"]["annotations"][names.ANN_GROUP_SNAPSHOT_HANDLE] == (
+            record.group_snapshot_id
+        )
+        assert field_managers(c) == {
+            ("snapshot-controller", None), ("snapshot-controller", "status")
+        }  # fmt: skip
+        assert events_for(cluster, c) == []
     restored = make_claim(
         cluster,
         "restored",

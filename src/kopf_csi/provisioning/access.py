@@ -52,26 +52,17 @@ async def read_secret_data(
     if ref is None:
         return {}
     try:
-        secret = await api.get(kube.SECRETS, ref.name, ref.namespace)
+        return kube.decode_secret_data(await api.read(kube.SECRETS, ref.name, ref.namespace))
     except kube.KubeError as exc:
-        secret, error = None, exc.message  # the API's own text, as client-go's err prints
-    else:
-        error = f'secrets "{ref.name}" not found'  # apimachinery's NotFound text
-    if secret is None:
-        # external-provisioner's getCredentials, verbatim.
-        message = f"error getting secret {ref.name} in namespace {ref.namespace}: {error}"
-        if required:
-            raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
-        log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)
-        return {}
-    try:
-        return kube.decode_secret_data(secret)
+        error = exc.message  # the API's own text, as client-go's err prints
     except ValueError as exc:
-        message = f"error getting secret {ref.name} in namespace {ref.namespace}: {exc}"
-        if required:
-            raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE) from None
-        log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=str(exc))
-        return {}
+        error = str(exc)
+    # external-provisioner's getCredentials, verbatim.
+    message = f"error getting secret {ref.name} in namespace {ref.namespace}: {error}"
+    if required:
+        raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
+    log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)
+    return {}
 
 
 async def replace_finalizers(

@@ -97,6 +97,10 @@ class Journal:
         self._recorded = set(claims)
         return claims
 
+    def holds(self, uid: str) -> bool:
+        """Whether the claim is recorded (or about to be) and not being dropped (read-only)."""
+        return (uid in self._recorded or uid in self._adds) and uid not in self._removes
+
     async def record(self, claim: Body) -> None:
         """Return once the claim is durably recorded (raise JournalError if it cannot be)."""
         uid = str(claim["metadata"]["uid"])

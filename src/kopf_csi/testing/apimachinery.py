@@ -27,6 +27,7 @@ __all__ = [
     "managed_fields",
     "manager_name",
     "merge_patch",
+    "not_found",
     "parse_field_selector",
     "parse_label_selector",
     "strategic_merge_patch",
@@ -85,6 +86,21 @@ REJECTED = "the server rejected our request due to an error in our request"
 """apimachinery's text for a 422 built from a server-side error (NewGenericServerResponse)."""
 
 
+def _named(plural: str, group: str, name: str) -> tuple[str, dict[str, str]]:
+    """How a Status names an object: `plural.group` in the message; name, group and plural
+    apart in the details (the group left out for the core group, as `omitempty` does)."""
+    if not group:
+        return plural, {"name": name, "kind": plural}
+    return f"{plural}.{group}", {"name": name, "group": group, "kind": plural}
+
+
+def not_found(plural: str, group: str, name: str) -> StatusError:
+    """404 for a missing object, the real server's body byte for byte (``NewNotFound``):
+    ``<plural>[.<group>] "<name>" not found``."""
+    qualified, details = _named(plural, group, name)
+    return StatusError(404, f'{qualified} "{name}" not found', details=details)
+
+
 def conflict(plural: str, group: str, name: str) -> StatusError:
     """409 for a write against a stale resourceVersion, the real server's body byte for byte.
 
@@ -92,10 +108,7 @@ def conflict(plural: str, group: str, name: str) -> StatusError:
     (``volumeattachments.storage.k8s.io``), the details the group and the plural apart (the
     group left out for the core group, as `omitempty` does).
     """
-    qualified = f"{plural}.{group}" if group else plural
-    details = (
-        {"name": name, "group": group, "kind": plural} if group else {"name": name, "kind": plural}
-    )
+    qualified, details = _named(plural, group, name)
     return StatusError(
         409,
         f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '

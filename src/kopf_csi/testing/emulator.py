@@ -753,7 +753,7 @@ class EmulatedCluster:
     def _existing(self, kind: Kind, namespace: str | None, name: str) -> Body:
         obj = self._store[kind].get(self._key(kind, namespace, name))
         if obj is None:
-            raise StatusError(404, f'{kind.plural} "{name}" not found')
+            raise apimachinery.not_found(kind.plural, kind.group, name)
         return obj
 
     def _page(
@@ -1091,11 +1091,15 @@ class EmulatedCluster:
         if verb == "get":
             if sub is not None and (sub != "status" or not kind.status):
                 raise StatusError(404, f"{kind.plural} has no subresource {sub!r}")
-            obj = self._existing(kind, ns, name)
+            found = self._existing(kind, ns, name)
             if as_table and sub is None:
-                meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
-                return _table_response(kind, [obj], meta, params)
-            return aiohttp.web.json_response(obj, dumps=_dumps)
+                meta = {"resourceVersion": found["metadata"]["resourceVersion"]}
+                return _table_response(kind, [found], meta, params)
+            if "as=PartialObjectMetadata" in request.headers.get("Accept", ""):
+                # As the real server: the metadata alone (a Secret's data stays on the server).
+                found = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                         "metadata": found.get("metadata", {})}  # fmt: skip
+            return aiohttp.web.json_response(found, dumps=_dumps)
         payload = await _read_json(request)
         manager = apimachinery.manager_name(
             params.get("fieldManager"), request.headers.get("User-Agent")
