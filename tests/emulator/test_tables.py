@@ -11,7 +11,8 @@ We test these aspects:
 - the printers' details: Terminating, `(default)`, the access modes' order, canonical
   quantities, HumanDuration's steps;
 - over HTTP: a LIST and a GET asked as a Table (includeObject None and Object too, a paginated
-  LIST with its continue token); plain JSON is unchanged.
+  LIST with its continue token), and a watch (the column definitions in the first event
+  only); plain JSON is unchanged.
 """
 
 from __future__ import annotations
@@ -266,3 +267,23 @@ async def test_served_as_a_table(cluster: EmulatedCluster) -> None:
     assert page["metadata"]["remainingItemCount"] == 1
     assert [r["cells"][0] for r in rest["rows"]] == ["c"]
     assert plain["kind"] == "PersistentVolumeClaimList"
+
+
+async def test_watched_as_a_table(cluster: EmulatedCluster) -> None:
+    cluster.create("configmaps", {"metadata": {"name": "a", "namespace": "default"}})
+    async with aiohttp.ClientSession(cluster.url, headers={"Accept": TABLE}) as session:
+        path = "/api/v1/namespaces/default/configmaps"
+        async with session.get(path, params={"watch": "true", "timeoutSeconds": "5"}) as response:
+            first = json.loads(await response.content.readline())
+            cluster.create("configmaps", {"metadata": {"name": "b", "namespace": "default"}})
+            second = json.loads(await response.content.readline())
+    assert (first["type"], second["type"]) == ("ADDED", "ADDED")
+    assert first["object"]["kind"] == second["object"]["kind"] == "Table"
+    assert [c["name"] for c in first["object"]["columnDefinitions"]] == ["Name", "Created At"]
+    assert second["object"]["columnDefinitions"] is None  # the header once, as the real server
+    assert second["object"]["rows"][0]["cells"][0] == "b"
+    created = cluster.get("configmaps", "default", "b")
+    assert created is not None
+    assert second["object"]["metadata"] == {
+        "resourceVersion": created["metadata"]["resourceVersion"]
+    }

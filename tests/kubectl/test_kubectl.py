@@ -11,6 +11,7 @@ the default handler modules. We test these aspects:
   `va` fails as on a real server, which has no such short name;
 - the columns of `get pvc`, `get pv`, `get volumeattachments`, `get sc` and `get vs`, with
   their cells from the objects the operator made;
+- `get -w`: the header once, then a row per change, with the same columns;
 - `version`: the server is v1.36.2, and kubectl warns about skew only as it would against a real
   v1.36 server.
 """
@@ -29,6 +30,7 @@ import yaml
 
 from kopf_csi.testing import discovery
 from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.requestlog import Access
 from kopf_csi.testing.snapshots import SnapshotController
 
 from ..conftest import NODE, seed_node, until
@@ -271,3 +273,38 @@ async def test_version(cluster: EmulatedCluster, kubectl: Kubectl) -> None:
         "the supported minor version skew of +/-1"
     )
     assert err.strip() == (skew if abs(client - 36) > 1 else "")
+
+
+async def test_get_watch_shows_the_columns(
+    cluster: EmulatedCluster, kcm: object, operator: object, kubectl: Kubectl
+) -> None:
+    seed_node(cluster)
+    for doc in yaml.safe_load_all((EXAMPLES / "storageclasses.yaml").read_text()):
+        cluster.create("storageclasses", doc)
+    process = await asyncio.create_subprocess_exec(
+        *kubectl.base, "get", "pvc", "-w", stdout=asyncio.subprocess.PIPE
+    )
+    assert process.stdout is not None
+    try:
+        # Nothing to list: the header comes with the first event, whose Table has the columns.
+        kubectls_watch = Access("watch", "", "persistentvolumeclaims", namespace="default")
+        await until(lambda: cluster.requests.accesses[kubectls_watch], timeout=30)
+        claim = next(yaml.safe_load_all((EXAMPLES / "claims.yaml").read_text()))
+        cluster.create("persistentvolumeclaims", claim)
+        header = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+        assert header.split() == [
+            "NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS", "MODES", "STORAGECLASS",
+            "VOLUMEATTRIBUTESCLASS", "AGE",
+        ]  # fmt: skip
+        rows = []
+        while not rows or rows[-1][1] != "Bound":
+            line = await asyncio.wait_for(process.stdout.readline(), 30)
+            rows.append(line.decode().split())
+    finally:
+        process.kill()
+        await process.wait()
+    assert rows[0][:2] == ["data-immediate", "Pending"]
+    uid = cluster.get("persistentvolumeclaims", "default", "data-immediate")["metadata"]["uid"]
+    assert rows[-1][:6] == [
+        "data-immediate", "Bound", f"pvc-{uid}", "1Gi", "RWO", "kopf-csi-immediate",
+    ]  # fmt: skip

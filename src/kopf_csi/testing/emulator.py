@@ -226,12 +226,20 @@ class _HttpWatch:
         selectors: list[apimachinery.Selector],
         sent: collections.Counter[tuple[str, str]],
         sent_bytes: collections.Counter[str],
+        render: Callable[[Body], Body] | None = None,
     ) -> None:
         self.namespace = namespace
         self.selectors = selectors
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
         self.sent = sent  # the cluster's count of watch events, by (plural, type)
         self.sent_bytes = sent_bytes
+        self.render = render  # what each event carries instead of the object (a Table)
+
+    def line(self, type_: str, obj: Body, shared: bytes | None = None) -> bytes:
+        """The event line of `obj`; `shared`, the change's own, when it can be reused."""
+        if self.render is not None:
+            return _event_line(type_, self.render(obj))
+        return shared if shared is not None else _event_line(type_, obj)
 
     def put(self, plural: str, type_: str, line: bytes) -> None:
         self.sent[plural, type_] += 1
@@ -254,8 +262,8 @@ class _HttpWatch:
             type_ = "ADDED" if now else "DELETED"
         elif not now:
             return
-        line = change.line if type_ == change.type else _event_line(type_, change.object)
-        self.put(change.kind.plural, type_, line)
+        shared = change.line if type_ == change.type else None
+        self.put(change.kind.plural, type_, self.line(type_, change.object, shared))
 
     def close(self) -> None:
         self.queue.put_nowait(b"")
@@ -999,7 +1007,7 @@ class EmulatedCluster:
         if initial:
             for obj in self._list(kind, watch.namespace):
                 if watch.matches(obj):
-                    watch.put(kind.plural, "ADDED", _event_line("ADDED", obj))
+                    watch.put(kind.plural, "ADDED", watch.line("ADDED", obj))
             if end_bookmark:
                 watch.queue.put_nowait(self._bookmark(kind, initial_end=True))
         elif since is not None:
@@ -1177,6 +1185,9 @@ class EmulatedCluster:
             selectors=selectors,
             sent=self.watch_events,
             sent_bytes=self.watch_bytes,
+            render=_table_events(kind, params)
+            if tables.wants_table(request.headers.get("Accept", ""))
+            else None,
         )
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         try:
@@ -1269,6 +1280,24 @@ def _field_validation(
         return proposed
 
     return validate
+
+
+def _table_events(kind: Kind, params: Mapping[str, str]) -> Callable[[Body], Body]:
+    """A watch asked as a Table (``kubectl get -w``): each event's object is a one-row Table,
+    and only the first carries the column definitions, as the real server sends them."""
+    first = True
+
+    def render(obj: Body) -> Body:
+        nonlocal first
+        meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+        include = params.get("includeObject")
+        table = tables.table(kind.group, kind.plural, [obj], metadata=meta, include_object=include)
+        if not first:
+            table["columnDefinitions"] = None
+        first = False
+        return table
+
+    return render
 
 
 def _table_response(

@@ -12,6 +12,9 @@ NAMESPACE column from there). The columns of each kind are one entry of ``COLUMN
   JSONPath;
 - any other kind gets the generic table of a kind without a printer: Name and Created At.
 
+A watch asked as a Table (`kubectl get -w`) gets one Table per event, the column definitions in
+the first only (the emulator's `_table_events`).
+
 Pure: the emulator hands over the objects of a LIST or a GET and the list's metadata.
 """
 
