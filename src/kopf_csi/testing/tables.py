@@ -10,7 +10,9 @@ NAMESPACE column from there). The columns of each kind are one entry of ``COLUMN
   (manifests/crds; a test holds the two together), as apiextensions-apiserver converts them:
   a missing value is ``null``, a ``date`` is an age, a column without a description says its
   JSONPath;
-- any other kind gets the generic table of a kind without a printer: Name and Created At.
+- any other kind gets the generic table of a kind without a printer: Name and Created At. The
+  real server prints nodes, pods, namespaces, secrets, leases, CSINodes, ... with columns of
+  their own, which are not reproduced here.
 
 A watch asked as a Table (`kubectl get -w`) gets one Table per event, the column definitions in
 the first only (the emulator's `_table_events`).
