@@ -7,14 +7,19 @@ We test these aspects:
 - every component answers (API, driver, operator) and the sandbox says so;
 - the example manifests are applied over HTTP, and the narration follows each claim through
   provisioning, binding, attachment, detachment, deletion and volume deletion;
+- with `--serve`, the kubectl lines it prints work as printed (apply, then get with columns);
 - it exits on its own with status 0 and removes the driver's socket (no process left behind).
 """
 
 from __future__ import annotations
 
 import pathlib
+import shutil
+import signal
 import subprocess
 import sys
+
+import pytest
 
 
 def test_sandbox_runs_and_exits_cleanly(tmp_path: pathlib.Path) -> None:
@@ -49,6 +54,8 @@ def test_sandbox_runs_and_exits_cleanly(tmp_path: pathlib.Path) -> None:
 SANDBOX = [sys.executable, "-m", "kopf_csi.sandbox"]
 HOOK_MODULE = """
 import pathlib
+import shutil
+import signal
 
 import kopf
 from kopf_csi.provisioning.hooks import create_volume_hooks
@@ -117,3 +124,46 @@ def test_a_bad_module_is_one_line_and_starts_nothing(tmp_path: pathlib.Path) -> 
         assert lines[0].startswith(f"python -m kopf_csi.sandbox: error: {text}"), lines[0]
         assert result.stdout == ""  # nothing started, nothing narrated
         assert not (workdir / "kubeconfig").exists()
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (not on PATH)")
+def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
+    """`--serve`, then the two kubectl lines it prints, as a user copies them."""
+    workdir = tmp_path / "sandbox"
+    process = subprocess.Popen(
+        [*SANDBOX, "--serve", "--dir", str(workdir), "--timeout", "5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=pathlib.Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    assert process.stdout is not None
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("serving until Ctrl-C"):
+            line = process.stdout.readline()
+            assert line, process.stderr.read() if process.stderr else ""
+            lines.append(line)
+        apply, get = (process.stdout.readline().split() for _ in range(2))
+        cache = ["--cache-dir", str(tmp_path / "kube-cache")]
+        done = subprocess.run([*apply, *cache], capture_output=True, text=True, timeout=60)
+        assert done.stdout.splitlines() == [
+            "persistentvolumeclaim/data-immediate created",
+            "persistentvolumeclaim/data-wffc created",
+        ], done.stderr
+        wait = [*get[:3], "wait", "--for=jsonpath={.status.phase}=Bound", "pvc/data-immediate"]
+        subprocess.run([*wait, *cache], check=True, capture_output=True, timeout=60)
+        done = subprocess.run([*get, *cache], capture_output=True, text=True, timeout=60)
+        rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err[-2000:]
+    assert "stopped: nothing left running" in out
+    assert rows[0][:6] == ["NAMESPACE", "NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS"]
+    claims = {row[1]: row for row in rows if row[1].startswith("persistentvolumeclaim/")}
+    immediate = claims["persistentvolumeclaim/data-immediate"]
+    assert immediate[2] == "Bound"
+    assert immediate[3].startswith("pvc-")
+    assert immediate[4:7] == ["1Gi", "RWO", "kopf-csi-immediate"]
+    assert claims["persistentvolumeclaim/data-wffc"][2] == "Pending"  # no Pod uses it
+    volumes = [row[:5] for row in rows if row[0].startswith("persistentvolume/")]  # no namespace
+    assert volumes == [[f"persistentvolume/{immediate[3]}", "1Gi", "RWO", "Delete", "Bound"]]
