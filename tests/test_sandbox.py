@@ -113,6 +113,8 @@ def test_a_bad_module_is_one_line_and_starts_nothing(tmp_path: pathlib.Path) -> 
         "unfinished": (1, "a handler module failed to load (unfinished): SyntaxError: "),
     }
     workdir = tmp_path / "sandbox"
+    workdir.mkdir()
+    (workdir / "kubeconfig").write_text("the last run's")
     for module, (code, text) in expected.items():
         result = subprocess.run(
             [*SANDBOX, "--dir", str(workdir), "-m", module],
@@ -123,7 +125,7 @@ def test_a_bad_module_is_one_line_and_starts_nothing(tmp_path: pathlib.Path) -> 
         assert len(lines) == 1, result.stderr
         assert lines[0].startswith(f"python -m kopf_csi.sandbox: error: {text}"), lines[0]
         assert result.stdout == ""  # nothing started, nothing narrated
-        assert not (workdir / "kubeconfig").exists()
+        assert (workdir / "kubeconfig").read_text() == "the last run's"  # left as it was
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (not on PATH)")

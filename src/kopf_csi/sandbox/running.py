@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import pathlib
 import shutil
 import signal
@@ -138,11 +139,9 @@ def _show(tracker: Tracker, changes: Sequence[Any]) -> None:
             print(line, flush=True)
 
 
-def _fresh(path: str) -> pathlib.Path:
-    workdir = pathlib.Path(path).resolve()
+def _fresh(workdir: pathlib.Path) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    return workdir
 
 
 def _modules(extra: Sequence[str] | None) -> tuple[str, ...]:
@@ -168,7 +167,7 @@ def _load(operator: OperatorThread) -> tuple[int, str] | None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    workdir = _fresh(args.dir)
+    workdir = pathlib.Path(os.path.abspath(args.dir))
     socket_path = workdir / "csi.sock"
     examples = _examples_dir()
     kubeconfig = workdir / "kubeconfig"
@@ -181,6 +180,7 @@ async def run(args: argparse.Namespace) -> int:
     if failed is not None:
         print(f"python -m kopf_csi.sandbox: error: {failed[1]}", file=sys.stderr, flush=True)
         return failed[0]
+    _fresh(workdir)  # only now: a bad module leaves the last run's directory as it was
     config = DriverConfig(
         node_id=NODE,
         data_dir=workdir / "driver",
