@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import pathlib
 import shutil
 import signal
@@ -167,7 +166,7 @@ def _load(operator: OperatorThread) -> tuple[int, str] | None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    workdir = pathlib.Path(os.path.abspath(args.dir))
+    workdir = pathlib.Path(args.dir)  # absolute: main() resolved it
     socket_path = workdir / "csi.sock"
     examples = _examples_dir()
     kubeconfig = workdir / "kubeconfig"
@@ -295,5 +294,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         "(importable from the current directory) or a .py file; repeat for more",
     )
     args = parser.parse_args(argv)
+    args.dir = str(pathlib.Path(args.dir).resolve())
     logs.configure(level=args.log_level, json=False)
     sys.exit(asyncio.run(run(args)))
