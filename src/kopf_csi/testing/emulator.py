@@ -1149,16 +1149,14 @@ class EmulatedCluster:
 
     def _serve_openapi(self, path: str) -> aiohttp.web.Response:
         """``/openapi/v3`` and its group versions' documents (``openapi``); v2 is not served."""
+        body: Mapping[str, Any] | None = None
         if path.rstrip("/") == "/openapi/v3":
             body = openapi.index(self._kinds.values())
-        else:
-            document = openapi.served_document(
-                path.removeprefix("/openapi/v3/"), self._kinds.values()
-            )
-            if document is None or not path.startswith("/openapi/v3/"):
-                error = StatusError(404, "the server could not find the requested resource")
-                return aiohttp.web.json_response(error.status(), status=404, dumps=_dumps)
-            body = dict(document)
+        elif path.startswith("/openapi/v3/"):
+            body = openapi.served_document(path.removeprefix("/openapi/v3/"), self._kinds.values())
+        if body is None:
+            error = StatusError(404, "the server could not find the requested resource")
+            return aiohttp.web.json_response(error.status(), status=404, dumps=_dumps)
         return aiohttp.web.json_response(body, dumps=_dumps)
 
     async def _serve_watch(

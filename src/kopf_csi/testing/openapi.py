@@ -31,6 +31,7 @@ __all__ = [
     "FIELDS",
     "document",
     "index",
+    "served_document",
     "strict_message",
     "unknown_fields",
 ]
@@ -49,7 +50,6 @@ _PV_SOURCES = (
     "nfs", "photonPersistentDisk", "portworxVolume", "quobyte", "rbd", "scaleIO", "storageos",
     "vsphereVolume",
 )  # fmt: skip
-_SNAPSHOT_STATUS = ANY
 _CLASS = {"driver": "string", "parameters": MAP, "deletionPolicy": "string"}
 
 FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
@@ -154,7 +154,7 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             },
             "volumeSnapshotClassName": "string",
         },
-        "status": _SNAPSHOT_STATUS,
+        "status": ANY,
     },
     ("snapshot.storage.k8s.io", "VolumeSnapshotContent"): {
         "spec": {
@@ -165,7 +165,7 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             "volumeSnapshotClassName": "string",
             "volumeSnapshotRef": _OBJECT_REF,
         },
-        "status": _SNAPSHOT_STATUS,
+        "status": ANY,
     },
     ("snapshot.storage.k8s.io", "VolumeSnapshotClass"): _CLASS,
     ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshot"): {
@@ -173,7 +173,7 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             "source": {"selector": ANY, "volumeGroupSnapshotContentName": "string"},
             "volumeGroupSnapshotClassName": "string",
         },
-        "status": _SNAPSHOT_STATUS,
+        "status": ANY,
     },
     ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshotContent"): {
         "spec": {
@@ -183,7 +183,7 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             "volumeGroupSnapshotClassName": "string",
             "volumeGroupSnapshotRef": _OBJECT_REF,
         },
-        "status": _SNAPSHOT_STATUS,
+        "status": ANY,
     },
     ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshotClass"): _CLASS,
 }
