@@ -403,7 +403,7 @@ default when neither is. Worker counts are not shared: `--worker-threads` is the
 (Go: 100), `--attacher-worker-threads` the attacher's (Go: 10).
 
 Handler modules run under a bare `kopf run` (no `kopf-csi`) read the same variables, with the
-same parsers and errors (`Settings.from_env()`).
+same parsers and errors (`kopf_csi.flags.from_env()`).
 """
 
 

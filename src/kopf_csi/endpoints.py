@@ -13,7 +13,7 @@ Paths (constants in `kopf_csi.names`):
   fails (the election's watchdog: a leader that has not renewed its lease in time).
 - `/debug/objects/<kind>/[<namespace>/]<name>`: read-only, what this operator knows of one
   object (its work-queue state, newest event, journal entry, Leases) for `kopf-csi explain
-  --operator` (`kopf_csi.explain.introspection`).
+  --operator` (`kopf_csi.introspection`).
 
 `memo.health_checks` maps a name to a zero-argument callable returning `(ok, detail)` (or an
 awaitable of it). Other modules add entries; a check that raises counts as failed.
@@ -30,8 +30,9 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from kopf_csi import metrics, names, runtime
+from kopf_csi import introspection, metrics, names, runtime
 from kopf_csi.csi import CSIClient, CSIError
+from kopf_csi.targets import TargetError, parse_target
 
 __all__ = [
     "LEADER_ELECTION_CHECK",
@@ -163,10 +164,7 @@ class Endpoints:
     async def _debug_object(self, request: web.Request) -> web.Response:
         """What this operator knows of one object, for `kopf-csi explain --operator` (GET only;
         `?uid=` adds its newest event and its journal entry). Nothing secret: see
-        `kopf_csi.explain.introspection`."""
-        from kopf_csi.explain import introspection
-        from kopf_csi.explain.target import TargetError, parse_target
-
+        `kopf_csi.introspection`."""
         info = request.match_info
         namespace = info.get("namespace")
         parts = [info["kind"], *([namespace] if namespace else []), info["name"]]

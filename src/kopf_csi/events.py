@@ -28,7 +28,6 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 import structlog
 
 from kopf_csi import kube
@@ -177,7 +176,7 @@ class Recorder:
                 await self.api.patch(kube.EVENTS, seen.name, patch, seen.namespace)
                 return
             created = await self.api.create(kube.EVENTS, body)
-        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+        except kube.REQUEST_ERRORS as exc:
             # Events are best effort: an API that refuses or cannot be reached loses only this.
             log.warning("event_not_posted", reason=key[2], object_uid=key[0], error=str(exc))
             self._posted.pop(key, None)

@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar
 
+import aiohttp
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
 
@@ -37,12 +38,14 @@ __all__ = [
     "GROUP_SNAPSHOT_CONTENTS",
     "LEASES",
     "NODES",
+    "REQUEST_ERRORS",
     "SECRETS",
     "SNAPSHOTS",
     "SNAPSHOT_CLASSES",
     "SNAPSHOT_CONTENTS",
     "STALE_WRITE_ATTEMPTS",
     "STORAGE_CLASSES",
+    "TRANSPORT_ERRORS",
     "VOLUMES",
     "VOLUME_ATTACHMENTS",
     "VOLUME_ATTRIBUTES_CLASSES",
@@ -157,6 +160,15 @@ class StaleWriteError(ConflictError):
     json-patch library's "testing value ... failed" as its cause. Either way the write did
     nothing: read the object again and decide again, quietly.
     """
+
+
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
+"""No answer at all: a refused connection, a reset, a closed session (kubernetes-asyncio lets
+aiohttp's errors through). Callers catch these, not aiohttp's: only this module knows the
+transport."""
+
+REQUEST_ERRORS = (KubeError, *TRANSPORT_ERRORS)
+"""What any API request may raise: an answer with an error, or none."""
 
 
 STALE_WRITE_ATTEMPTS = 5

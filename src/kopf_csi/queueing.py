@@ -12,7 +12,7 @@ The guarantees are client-go's (`k8s.io/client-go/util/workqueue`):
   marked dirty and queued again when that run finishes, so events are never lost;
 - keys are taken in the order they were first queued (FIFO);
 - a failing key is retried forever with its own exponential backoff (1 s doubling to 5 min by
-  default: the sidecars' `--retry-interval-start/-max`, see `kopf_csi.provisioning.backoff`);
+  default: the sidecars' `--retry-interval-start/-max`, see `next_delay`);
   a success forgets its failures. external-attacher ignores `isFinalError` and retries every
   error this way; external-provisioner retries a live claim forever (#154 → PR #216).
 
@@ -53,8 +53,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
-from kopf_csi.provisioning.backoff import next_delay
-
 __all__ = [
     "DONE",
     "RETRY",
@@ -92,6 +90,21 @@ class KeyState:
     failures: int
     next_retry_in: float | None
     """Seconds until its delayed add fires; None when none is pending."""
+
+
+def next_delay(failures: int, *, start: float = 1.0, maximum: float = 300.0) -> float:
+    """The wait after the `failures`-th consecutive failure (1 = the first failure).
+
+    client-go's `ItemExponentialFailureRateLimiter(retry-interval-start, retry-interval-max)`,
+    which external-provisioner gives every claim and every volume: the n-th consecutive failure
+    waits `start * 2**(n-1)`, capped at `max`; a success resets the count.
+    """
+    if failures < 1:
+        return 0.0
+    exponent = failures - 1
+    if exponent >= 64 or start * 2.0**exponent > maximum:  # also guards float overflow
+        return maximum
+    return start * 2.0**exponent
 
 
 K = TypeVar("K", bound=Hashable)

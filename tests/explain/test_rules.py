@@ -9,7 +9,7 @@ import pytest
 
 from kopf_csi.explain.observed import Observed, State
 from kopf_csi.explain.rules import diagnose, grpc_code
-from kopf_csi.explain.target import Target, TargetError, parse_target
+from kopf_csi.targets import Target, TargetError, parse_target
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from kopf_csi.explain.observed import ExplainError
-from kopf_csi.explain.target import TargetError, parse_target
+from kopf_csi.targets import TargetError, parse_target
 
 __all__ = ["add_arguments", "explain", "kubectl_main", "main"]
 

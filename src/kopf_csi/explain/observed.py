@@ -15,7 +15,7 @@ import datetime
 import enum
 from typing import Any
 
-from kopf_csi.explain.target import Target
+from kopf_csi.targets import Target
 
 __all__ = ["Diagnosis", "ExplainError", "Observed", "State"]
 

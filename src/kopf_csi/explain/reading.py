@@ -20,8 +20,8 @@ import aiohttp
 
 from kopf_csi import kube, names
 from kopf_csi.explain.observed import Body, ExplainError, Observed
-from kopf_csi.explain.target import Target
 from kopf_csi.provisioning import secrets as secret_refs
+from kopf_csi.targets import Target
 
 __all__ = ["PODS", "RESOURCES", "ExplainError", "connect", "read", "read_operator"]
 
