@@ -7,7 +7,8 @@ We test these aspects:
 - every component answers (API, driver, operator) and the sandbox says so;
 - the example manifests are applied over HTTP, and the narration follows each claim through
   provisioning, binding, attachment, detachment, deletion and volume deletion;
-- with `--serve`, the kubectl lines it prints work as printed (apply, then get with columns);
+- with `--serve`, the kubectl lines it prints work as printed (apply, then get with columns),
+  and so does its explain line (the Pending claim, with the operator's view);
 - it exits on its own with status 0 and removes the driver's socket (no process left behind).
 """
 
@@ -130,7 +131,8 @@ def test_a_bad_module_is_one_line_and_starts_nothing(tmp_path: pathlib.Path) -> 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (not on PATH)")
 def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
-    """`--serve`, then the two kubectl lines it prints, as a user copies them."""
+    """`--serve`, then the two kubectl lines and the explain line it prints, as a user copies
+    them."""
     workdir = tmp_path / "sandbox"
     process = subprocess.Popen(
         [*SANDBOX, "--serve", "--dir", str(workdir), "--timeout", "5"],
@@ -144,7 +146,7 @@ def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
             line = process.stdout.readline()
             assert line, process.stderr.read() if process.stderr else ""
             lines.append(line)
-        apply, get = (process.stdout.readline().split() for _ in range(2))
+        apply, get, explain = (process.stdout.readline().split() for _ in range(3))
         cache = ["--cache-dir", str(tmp_path / "kube-cache")]
         done = subprocess.run([*apply, *cache], capture_output=True, text=True, timeout=60)
         assert done.stdout.splitlines() == [
@@ -155,6 +157,7 @@ def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
         subprocess.run([*wait, *cache], check=True, capture_output=True, timeout=60)
         done = subprocess.run([*get, *cache], capture_output=True, text=True, timeout=60)
         rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
+        explained = subprocess.run(explain, capture_output=True, text=True, timeout=60)
     finally:
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
@@ -169,3 +172,10 @@ def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
     assert claims["persistentvolumeclaim/data-wffc"][2] == "Pending"  # no Pod uses it
     volumes = [row[:5] for row in rows if row[0].startswith("persistentvolume/")]  # no namespace
     assert volumes == [[f"persistentvolume/{immediate[3]}", "1Gi", "RWO", "Delete", "Bound"]]
+    assert explained.returncode == 1, explained.stderr  # explained as blocked
+    first, *evidence = explained.stdout.splitlines()
+    assert first == (
+        "BLOCKED: persistentvolumeclaim/default/data-wffc: waiting for a first consumer: "
+        "no pod uses this claim (the class binds WaitForFirstConsumer)"
+    )
+    assert "  operator: serves hostpath.csi.kopf.dev" in evidence  # from --operator

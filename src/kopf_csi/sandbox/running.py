@@ -25,7 +25,7 @@ from kopf_csi.csi import CSIClient, CSIError
 from kopf_csi.driver import DriverConfig, Features, running_driver
 from kopf_csi.modules import ModuleLoadError
 from kopf_csi.sandbox.progress import Check, Tracker, format_checks
-from kopf_csi.settings import CSISettings, KubeSettings, Settings
+from kopf_csi.settings import CSISettings, HTTPSettings, KubeSettings, Settings
 from kopf_csi.testing.emulator import EmulatedCluster, Subscription
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
@@ -173,6 +173,7 @@ async def run(args: argparse.Namespace) -> int:
     settings = Settings(
         csi=CSISettings(address=str(socket_path)),
         kube=KubeSettings(kubeconfig=kubeconfig),
+        http=HTTPSettings(endpoint="127.0.0.1:0"),  # metrics, health and explain's --operator
     )
     operator = OperatorThread(settings=settings, modules=_modules(args.modules))
     failed = _load(operator)
@@ -207,18 +208,25 @@ async def run(args: argparse.Namespace) -> int:
                 if not await _demo(cluster, api, examples, timeout=args.timeout):
                     return 1
                 if args.serve:
-                    claims = examples / "claims.yaml"
-                    print(
-                        f"\nserving until Ctrl-C. Try:\n  kubectl --kubeconfig {kubeconfig} "
-                        f"apply -f {claims}\n  kubectl --kubeconfig {kubeconfig} "
-                        "get pvc,pv,volumeattachments -A",
-                        flush=True,
-                    )
+                    print(_hints(kubeconfig, examples, operator), flush=True)
                     await _wait_for_interrupt()
         finally:
             await operator.stop()
     print("\nstopped: nothing left running", flush=True)
     return 0
+
+
+def _hints(kubeconfig: pathlib.Path, examples: pathlib.Path, operator: OperatorThread) -> str:
+    """What to try while the sandbox serves: plain kubectl, and explain with the operator's view."""
+    kubectl = f"kubectl --kubeconfig {kubeconfig}"
+    script = pathlib.Path(sys.executable).parent / "kopf-csi"  # this venv's, on PATH or not
+    explain = str(script) if script.exists() else f"{sys.executable} -m kopf_csi"
+    return (
+        f"\nserving until Ctrl-C. Try:\n  {kubectl} apply -f {examples / 'claims.yaml'}\n"
+        f"  {kubectl} get pvc,pv,volumeattachments -A\n"
+        f"  {explain} explain pvc/default/data-wffc --kubeconfig {kubeconfig} "
+        f"--operator {operator.memo.http_server.url}"
+    )
 
 
 async def _demo(
