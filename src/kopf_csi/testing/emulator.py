@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import aiohttp.web
 import kmock
 
-from kopf_csi.testing import apimachinery
+from kopf_csi.testing import apimachinery, discovery, openapi, tables
 from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.authorization import Authorizer
 from kopf_csi.testing.requestlog import RequestLog
@@ -226,12 +226,20 @@ class _HttpWatch:
         selectors: list[apimachinery.Selector],
         sent: collections.Counter[tuple[str, str]],
         sent_bytes: collections.Counter[str],
+        render: Callable[[Body], Body] | None = None,
     ) -> None:
         self.namespace = namespace
         self.selectors = selectors
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
         self.sent = sent  # the cluster's count of watch events, by (plural, type)
         self.sent_bytes = sent_bytes
+        self.render = render  # what each event carries instead of the object (a Table)
+
+    def line(self, type_: str, obj: Body, shared: bytes | None = None) -> bytes:
+        """The event line of `obj`; `shared`, the change's own, when it can be reused."""
+        if self.render is not None:
+            return _event_line(type_, self.render(obj))
+        return shared if shared is not None else _event_line(type_, obj)
 
     def put(self, plural: str, type_: str, line: bytes) -> None:
         self.sent[plural, type_] += 1
@@ -254,8 +262,8 @@ class _HttpWatch:
             type_ = "ADDED" if now else "DELETED"
         elif not now:
             return
-        line = change.line if type_ == change.type else _event_line(type_, change.object)
-        self.put(change.kind.plural, type_, line)
+        shared = change.line if type_ == change.type else None
+        self.put(change.kind.plural, type_, self.line(type_, change.object, shared))
 
     def close(self) -> None:
         self.queue.put_nowait(b"")
@@ -466,10 +474,21 @@ class _Discovery(kmock.KubernetesScaffold):
         response: aiohttp.web.StreamResponse = await super()._handle(request)
         return response
 
+    kinds: Mapping[tuple[str, str, str], Kind] = {}  # the cluster's, set by it
+
     async def _serve_version(self, request: kmock.Request) -> kmock.Payload:
-        payload = cast(Body, await super()._serve_version(request))
-        payload["groupVersion"] = payload["groupVersion"].lstrip("/")  # kmock says "/v1" for core
-        return payload
+        """A group version's resources with the real server's facts (``discovery``)."""
+        assert request.resource is not None  # kmock routes only /api/<v> and /apis/<g>/<v> here
+        group, version = str(request.resource.group), str(request.resource.version)
+        if group and not any(k[:2] == (group, version) for k in self.kinds):
+            raise kmock.KubernetesResourceNotFoundError()
+        return discovery.group_version(group, version, self.kinds.values())
+
+    async def _serve_server_version(self, request: kmock.Request) -> kmock.Payload:
+        return discovery.server_version()
+
+    async def _serve_api(self, request: kmock.Request) -> kmock.Payload:
+        return discovery.core_versions(request.url.host or "", request.url.port)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -507,7 +526,7 @@ def _verb(method: str, target: _Target, params: Mapping[str, str]) -> str | None
     if method == "GET":
         return "watch" if _truthy(params.get("watch")) else "get" if target.name else "list"
     verbs = (
-        {"POST": "create"}
+        {"POST": "create", "DELETE": "deletecollection"}
         if target.name is None
         else {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}
     )
@@ -570,6 +589,7 @@ class EmulatedCluster:
         self._rv = 0
         self._snapshots: dict[str, tuple[int, list[Body]]] = {}  # paginated LISTs in progress
         self._discovery = _Discovery()
+        self._discovery.kinds = self._kinds
         for kind in kinds:
             self.serve(kind)
         self._runner: aiohttp.web.ServerRunner | None = None
@@ -991,6 +1011,26 @@ class EmulatedCluster:
         }
         return self._commit(kind, key, "MODIFIED", new, old)
 
+    def _delete_collection(
+        self, kind: Kind, namespace: str | None, params: Mapping[str, str]
+    ) -> Body:
+        """DELETE on a collection (its selectors apply): each object as a DELETE would; the
+        answer lists them as they were deleted or marked, as the real server's does."""
+        selected = self._list(
+            kind, namespace, params.get("labelSelector"), params.get("fieldSelector")
+        )
+        items = [
+            self._delete(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"], None)
+            for obj in selected
+        ]
+        meta = {"resourceVersion": str(self._rv)}
+        return {
+            "apiVersion": kind.api_version,
+            "kind": f"{kind.kind}List",
+            "metadata": meta,
+            "items": items,
+        }
+
     def _commit(
         self, kind: Kind, key: tuple[str, str], type_: str, obj: Body, old: Body | None
     ) -> Body:
@@ -1020,7 +1060,7 @@ class EmulatedCluster:
         if initial:
             for obj in self._list(kind, watch.namespace):
                 if watch.matches(obj):
-                    watch.put(kind.plural, "ADDED", _event_line("ADDED", obj))
+                    watch.put(kind.plural, "ADDED", watch.line("ADDED", obj))
             if end_bookmark:
                 watch.queue.put_nowait(self._bookmark(kind, initial_end=True))
         elif since is not None:
@@ -1060,15 +1100,20 @@ class EmulatedCluster:
         if self.write_latency and request.method in _WRITE_METHODS:
             await asyncio.sleep(self.write_latency)
         target = _parse_path(request.path)
+        if target is None and request.path.startswith("/openapi/"):
+            return self._serve_openapi(request.path)
         if target is None:
             if len(request.path) > 1 and request.path.endswith("/"):  # kmock wants "/api/v1"
                 request = request.clone(rel_url=request.rel_url.with_path(request.path.rstrip("/")))
             response: aiohttp.web.StreamResponse = await self._discovery(request)
             return response
         try:
-            return await self._serve(request, target)
+            response = await self._serve(request, target)
         except StatusError as error:
             return aiohttp.web.json_response(error.status(), status=error.code, dumps=_dumps)
+        for warning in request.get(_WARNINGS, ()):
+            response.headers.add("Warning", f'299 - "{_dumps(warning)[1:-1]}"')
+        return response
 
     async def _serve(
         self, request: aiohttp.web.BaseRequest, target: _Target
@@ -1099,8 +1144,11 @@ class EmulatedCluster:
             self._update(kind, ns, name, race.change, None, OTHER_WRITER)
         if verb == "watch":
             return await self._serve_watch(request, kind, target)
+        as_table = tables.wants_table(request.headers.get("Accept", ""))
         if verb == "list":
             items, meta = self._page(kind, ns, params)
+            if as_table:
+                return _table_response(kind, items, meta, params)
             body = {
                 "apiVersion": kind.api_version,
                 "kind": f"{kind.kind}List",
@@ -1112,6 +1160,9 @@ class EmulatedCluster:
             if sub is not None and (sub != "status" or not kind.status):
                 raise StatusError(404, f"{kind.plural} has no subresource {sub!r}")
             found = self._existing(kind, ns, name)
+            if as_table and sub is None:
+                meta = {"resourceVersion": found["metadata"]["resourceVersion"]}
+                return _table_response(kind, [found], meta, params)
             if "as=PartialObjectMetadata" in request.headers.get("Accept", ""):
                 # As the real server: the metadata alone (a Secret's data stays on the server).
                 found = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
@@ -1122,11 +1173,23 @@ class EmulatedCluster:
             params.get("fieldManager"), request.headers.get("User-Agent")
         )
         self._count_write(manager, verb, kind, sub)
+        warnings = request[_WARNINGS] = []
+        validate = _field_validation(kind, verb, params.get("fieldValidation"), warnings)
+        if verb in ("create", "update"):
+            validate(payload)
         if verb == "create":
             if kind.namespaced and ns is None:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
             return aiohttp.web.json_response(
                 self._create(kind, ns, payload, manager), status=201, dumps=_dumps
+            )
+        if verb == "deletecollection":
+            if verb not in discovery.facts(kind).verbs:  # namespaces
+                raise StatusError(
+                    405, "the server does not allow this method on the requested resource"
+                )
+            return aiohttp.web.json_response(
+                self._delete_collection(kind, ns, params), dumps=_dumps
             )
         if verb == "delete":
             preconditions = (
@@ -1139,8 +1202,22 @@ class EmulatedCluster:
             result = self._update(kind, ns, name, lambda old: payload, sub, manager)
         else:
             patcher = _patcher(kind, _patch_type(request.content_type))
-            result = self._update(kind, ns, name, lambda old: patcher(old, payload), sub, manager)
+            result = self._update(
+                kind, ns, name, lambda old: validate(patcher(old, payload)), sub, manager
+            )
         return aiohttp.web.json_response(result, dumps=_dumps)
+
+    def _serve_openapi(self, path: str) -> aiohttp.web.Response:
+        """``/openapi/v3`` and its group versions' documents (``openapi``); v2 is not served."""
+        body: Mapping[str, Any] | None = None
+        if path.rstrip("/") == "/openapi/v3":
+            body = openapi.index(self._kinds.values())
+        elif path.startswith("/openapi/v3/"):
+            body = openapi.served_document(path.removeprefix("/openapi/v3/"), self._kinds.values())
+        if body is None:
+            error = StatusError(404, "the server could not find the requested resource")
+            return aiohttp.web.json_response(error.status(), status=404, dumps=_dumps)
+        return aiohttp.web.json_response(body, dumps=_dumps)
 
     async def _serve_watch(
         self, request: aiohttp.web.BaseRequest, kind: Kind, target: _Target
@@ -1166,6 +1243,9 @@ class EmulatedCluster:
             selectors=selectors,
             sent=self.watch_events,
             sent_bytes=self.watch_bytes,
+            render=_table_events(kind, params)
+            if tables.wants_table(request.headers.get("Accept", ""))
+            else None,
         )
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         try:
@@ -1236,6 +1316,56 @@ class EmulatedCluster:
             if not lines[-1]:
                 break  # closed by the cluster
         await response.write_eof()
+
+
+# A request's field validation warnings (fieldValidation=Warn), for its Warning headers.
+_WARNINGS = aiohttp.web.RequestKey("kopf_csi_warnings", list[str])
+
+
+def _field_validation(
+    kind: Kind, verb: str, directive: str | None, warnings: list[str]
+) -> Callable[[Any], Any]:
+    """``fieldValidation`` as a check of the object a write proposes (a patch's result):
+    Strict refuses unknown fields with the real 400, Warn adds them to `warnings` for the
+    Warning headers; Ignore, or no directive, checks nothing (``openapi``)."""
+
+    def validate(proposed: Any) -> Any:
+        if directive in ("Strict", "Warn"):
+            unknown = openapi.unknown_fields(kind, proposed)
+            if unknown and directive == "Strict":
+                raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
+            warnings.extend(f'unknown field "{field}"' for field in unknown)
+        return proposed
+
+    return validate
+
+
+def _table_events(kind: Kind, params: Mapping[str, str]) -> Callable[[Body], Body]:
+    """A watch asked as a Table (``kubectl get -w``): each event's object is a one-row Table,
+    and only the first carries the column definitions, as the real server sends them."""
+    first = True
+
+    def render(obj: Body) -> Body:
+        nonlocal first
+        meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+        include = params.get("includeObject")
+        table = tables.table(kind.group, kind.plural, [obj], metadata=meta, include_object=include)
+        if not first:
+            table["columnDefinitions"] = None
+        first = False
+        return table
+
+    return render
+
+
+def _table_response(
+    kind: Kind, items: list[Body], meta: Mapping[str, Any], params: Mapping[str, str]
+) -> aiohttp.web.Response:
+    """What ``kubectl get`` asks for: a meta.k8s.io/v1 Table (``tables``)."""
+    body = tables.table(
+        kind.group, kind.plural, items, metadata=meta, include_object=params.get("includeObject")
+    )
+    return aiohttp.web.json_response(body, dumps=_dumps)
 
 
 def _tidy(meta: Body) -> Body:
