@@ -74,6 +74,9 @@ class Journal:
         self.name = name
         self.removal_delay = removal_delay
         self.writes = 0
+        self.waited = 0.0
+        """Seconds callers of `record` waited for their record to be durable, in all."""
+        self.records = 0
         self._adds: dict[str, str] = {}
         self._removes: set[str] = set()
         self._waiters: list[asyncio.Future[None]] = []
@@ -104,10 +107,16 @@ class Journal:
             return
         self._removes.discard(uid)
         self._adds[uid] = json.dumps(snapshot_of(claim), separators=(",", ":"), sort_keys=True)
-        waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         self._waiters.append(waiter)
         self._schedule(0.0)
-        await waiter
+        started = loop.time()
+        try:
+            await waiter
+        finally:
+            self.records += 1
+            self.waited += loop.time() - started
 
     def release(self, uid: str) -> None:
         """The outcome is known: drop the record with the next flush (no waiting)."""
