@@ -364,8 +364,17 @@ def _claim_waits(provision: Mapping[str, Any]) -> list[str]:
         f"{_tally(waits.get('pool_wait'))}; new connections (TCP + TLS) "
         f"{_tally(waits.get('new_connections'))}",
         f"    API requests, start to end: {_tally(waits.get('api_requests'))}",
+        "    garbage collector pauses by generation: "
+        + "; ".join(f"{g}: {_tally(t)}" for g, t in enumerate(waits.get("gc_pauses") or [])),
         "    QPS limiter: none (the operator has no client-side limiter)",
     ]
+    bench = provision.get("bench_loop_lag") or {}
+    if bench.get("samples"):
+        lines.append(
+            f"  the benchmark process's loop (the emulated API, KCM, driver): lag mean "
+            f"{bench['mean_ms']:g} ms, p99 {bench['p99_ms']:g} ms, max {bench['max_ms']:g} ms; "
+            "worst per 100 ms: " + " ".join(f"{v:g}" for v in bench["by_100ms"])
+        )
     return lines
 
 

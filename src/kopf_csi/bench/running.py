@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import gc
 import json
 import os
 import pathlib
@@ -46,7 +47,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from kopf_csi import logs, names
+from kopf_csi import heap, logs, names
 from kopf_csi.bench import procfs, report
 from kopf_csi.bench.cluster import MeasuredCluster, Timeline
 from kopf_csi.bench.process import OperatorProcess, OperatorProcessError
@@ -56,6 +57,7 @@ from kopf_csi.csi import messages as csi
 from kopf_csi.driver import DriverConfig, Features, running_driver
 from kopf_csi.driver.calllog import CallLog, CallRecord
 from kopf_csi.driver.config import DEFAULT_NAME, DEFAULT_TOPOLOGY_KEY, Limits
+from kopf_csi.looplag import LagProbe
 from kopf_csi.testing.kcm import PV_CONTROLLER, ControllerManager
 from kopf_csi.testing.latency import REAL_SERVER, LatencyModel
 
@@ -157,6 +159,8 @@ class _Env:
     socket_path: pathlib.Path | None = None
     threads_peak: int = 0
     spawned_at: float = 0.0
+    lag: LagProbe = dataclasses.field(default_factory=LagProbe)
+    """The benchmark process's own loop (the emulated API, the KCM stand-in, the driver)."""
     bench_cpu_before: float = 0.0
     errors_before: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     modules: list[str] = dataclasses.field(default_factory=list)
@@ -278,6 +282,7 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
                 log_level=options.log_level,
             )
             env = _Env(cluster, kcm, driver, operator, progress, timeout, socket_path)
+            env.lag.start()
             try:
                 yield env
             finally:
@@ -286,6 +291,7 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
                     raise BenchError(f"the operator exited with {code}\n{operator.log_tail()}")
         failed = False
     finally:
+        gc.unfreeze()  # what `heap.freeze_startup` froze (a test's process goes on)
         if temporary and not failed:
             shutil.rmtree(workdir, ignore_errors=True)
         elif failed:
@@ -462,6 +468,10 @@ async def _claim_waits(env: _Env, uids: Sequence[str], started: float) -> dict[s
             [timeline.volume_created[u] - timeline.create_volume[u] for u in made]
         ),
         "operator_waits": await env.operator.waits(started, last),
+        "bench_loop_lag": {
+            **env.lag.summary(since=started),
+            "by_100ms": env.lag.by_bucket(since=started, until=last),
+        },
     }
 
 
@@ -487,6 +497,8 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
             "requests": report.requests_summary(cluster.counts() - before_start, 1),
         }
         bench_cpu = procfs.cpu_seconds(os.getpid())
+        heap.freeze_startup()  # the emulated API's own GC passes skip the set-up (Go's GC is
+        # concurrent: a real server does not stop for seconds' worth of objects)
 
         # -- provision --
         uids: list[str] = []

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
+import time
 import types
 from typing import Any
 
@@ -59,10 +61,13 @@ class Waits:
         self.pool = _Tally()  # waits for a free connection (the connector's limit)
         self.connect = _Tally()  # new connections: TCP and TLS handshake
         self.requests = _Tally()  # every API request, start to end (the server's time too)
+        self.collections = [_Tally(), _Tally(), _Tally()]  # the cyclic GC's pauses, by generation
+        self._collecting = 0.0
 
     def install(self) -> None:
         """On the operator's loop."""
         self.probe.start()
+        gc.callbacks.append(self._collected)
         loop = asyncio.get_running_loop()
         trace = aiohttp.TraceConfig()
 
@@ -90,6 +95,13 @@ class Waits:
         session = self.memo.api._api.rest_client.pool_manager  # the operator's one ApiClient
         session._trace_configs.append(trace)
 
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        """A pause of the garbage collector: every thread, the loop's included, waits."""
+        if phase == "start":
+            self._collecting = time.perf_counter()
+        else:
+            self.collections[info["generation"]].add(time.perf_counter() - self._collecting)
+
     def summary(self, *, since: float) -> dict[str, Any]:
         provisioner = getattr(self.memo, "provisioner", None)
         journal = getattr(provisioner, "journal", None)
@@ -113,6 +125,7 @@ class Waits:
             else None,
             "claims_queue": _histogram(metrics, names.METRIC_QUEUE_LATENCY, "claims"),
             "create_volume": _histogram(metrics, names.METRIC_CSI_OPERATIONS, "CreateVolume"),
+            "gc_pauses": [tally.summary() for tally in self.collections],
             "qps_limiter": None,  # there is none: nothing waits for it
         }
 
