@@ -25,7 +25,6 @@ import pytest
 
 from kopf_csi import kube
 from kopf_csi.csi import CSIClient
-from kopf_csi.csi import messages as csi
 from kopf_csi.driver import Driver
 from kopf_csi.provisioning.journal import LANES, Journal, journal_name, lane_names
 from kopf_csi.settings import Settings
@@ -34,7 +33,7 @@ from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import OperatorThread
 
 from ..conftest import DRIVER_NAME, until
-from .test_inflight_restart import _claim, _seed
+from .test_inflight_restart import _claim, _seed, create_volume_request
 
 LANE_NAMES = lane_names(journal_name(DRIVER_NAME))
 
@@ -117,7 +116,7 @@ async def test_claims_in_two_lanes_are_finished_after_a_restart(
     cluster.write_latency = 0.0
     async with CSIClient(str(socket_path)) as client:
         for uid in uids:
-            await client.create_volume(_create_volume_request(f"pvc-{uid}"))
+            await client.create_volume(create_volume_request(f"pvc-{uid}"))
     assert len(driver.state.volumes) == 2
     for name in ("data-a", "data-b"):  # meanwhile, the user gave up
         cluster.delete("persistentvolumeclaims", "default", name)
@@ -131,18 +130,3 @@ async def test_claims_in_two_lanes_are_finished_after_a_restart(
         await until(lambda: not cluster.objects("persistentvolumes"))
     finally:
         await second.stop()
-
-
-def _create_volume_request(name: str) -> Any:
-    return csi.CreateVolumeRequest(
-        name=name,
-        capacity_range=csi.CapacityRange(required_bytes=1024 * 1024),
-        volume_capabilities=[
-            csi.VolumeCapability(
-                mount=csi.VolumeCapabilityMountVolume(),
-                access_mode=csi.VolumeCapabilityAccessMode(
-                    mode=csi.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
-                ),
-            )
-        ],
-    )
