@@ -37,10 +37,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
+    """ruff check, ruff format --check, and the layer contracts (pyproject's importlinter)."""
     install(session, "lint", extras="")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports", "--no-cache")
 
 
 @nox.session(python="3.11")

@@ -33,7 +33,7 @@ log = structlog.get_logger("kopf_csi.attacher")
 @kopf.on.startup(id="attacher.start")
 async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
-    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+    if not await runtime.wait_for_driver(memo):
         return
     options = settings.attacher
     attacher = Attacher(

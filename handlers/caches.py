@@ -90,8 +90,7 @@ def _cached(memo: kopf.Memo, cache_name: str, obj: Any) -> Any:
 async def informers(memo: kopf.Memo, **_: Any) -> None:
     """Start the claim and PV informers once every start-up handler has run (in a task: the
     start-up handlers after this one must run first)."""
-    settings = runtime.settings_from_memo(memo)
-    await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    await runtime.wait_for_driver(memo)
     api: kube.KubeClient = memo.api
     # The PVs were listed into the cache by `lifecycle` a moment ago: watch on from that list.
     primed = (getattr(memo, "primed_versions", None) or {}).get(kube.VOLUMES.plural)

@@ -26,7 +26,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
     if not settings.capacity.enabled:
         return
-    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+    if not await runtime.wait_for_driver(memo):
         return
     task = asyncio.create_task(_poll(memo, settings.capacity.poll_interval))
 

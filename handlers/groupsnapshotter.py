@@ -42,7 +42,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     options = settings.snapshotter
     if not options.enabled or not options.enable_volume_group_snapshots:
         return
-    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+    if not await runtime.wait_for_driver(memo):
         return
     reason = _idle_reason(memo)
     if reason is not None:

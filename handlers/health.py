@@ -27,7 +27,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
     if not settings.health.enabled:
         return
-    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+    if not await runtime.wait_for_driver(memo):
         return
     mode = monitor_mode(memo.driver)
     if mode is None:

@@ -16,7 +16,6 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import kopf
 import structlog
 
@@ -169,7 +168,7 @@ async def _resync(memo: kopf.Memo, interval: float) -> None:
             try:
                 listed = {object_key(obj) async for page in memo.api.pages(resource)
                           for obj in page}  # fmt: skip
-            except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+            except kube.REQUEST_ERRORS as exc:
                 log.warning("cache_resync_failed", resource=resource.plural, error=str(exc))
                 continue
             for gone in cache.prune(listed, before=before):
@@ -200,7 +199,7 @@ async def _prime_kind(
                 for obj in page:
                     cache.store(obj)
                     seen.add(object_key(obj))
-        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+        except kube.REQUEST_ERRORS as exc:
             stored |= seen
             log.warning("cache_prime_retry", resource=resource.plural, error=str(exc), delay=delay)
             await asyncio.sleep(delay)

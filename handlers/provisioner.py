@@ -24,7 +24,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
 import kopf
 import structlog
 
@@ -60,7 +59,7 @@ class Served:
 async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
     memo.served_provisioners = {}
-    with_driver = await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10)
+    with_driver = await runtime.wait_for_driver(memo)
     # Users' back ends: those registered already, and any registered later, at once.
     for registration in registered_provisioners(memo):
         _start_backend(memo, registration)
@@ -189,7 +188,7 @@ async def _list_claims(memo: kopf.Memo, served: Served, *, delay: float = 0.2) -
             async for page in memo.api.pages(kube.CLAIMS):
                 for claim in page:
                     changed(claim, False)
-        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+        except kube.REQUEST_ERRORS as exc:
             log.warning("claims_list_retry", provisioner=served.provisioner.name, error=str(exc))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -215,7 +214,7 @@ async def _resume(provisioner: Provisioner, *, delay: float = 0.2) -> list[str]:
     while True:
         try:
             return await provisioner.resume()
-        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+        except kube.REQUEST_ERRORS as exc:
             log.warning("journal_resume_retry", error=str(exc), delay=delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)

@@ -35,7 +35,7 @@ log = structlog.get_logger("kopf_csi.resizer")
 @kopf.on.startup(id="resizer.start")
 async def start(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
-    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+    if not await runtime.wait_for_driver(memo):
         return
     options = settings.resizer
     memo.resizer = memo.modifier = None

@@ -33,7 +33,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     options = settings.snapshotter
     if not options.enabled:
         return
-    if not await runtime.wait_for_driver(memo, timeout=settings.csi.connect_timeout + 10):
+    if not await runtime.wait_for_driver(memo):
         return
     if not memo.driver.has_controller("CREATE_DELETE_SNAPSHOT"):
         log.info("snapshotter_off", reason="the driver has no CREATE_DELETE_SNAPSHOT")

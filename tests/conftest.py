@@ -5,22 +5,29 @@
 `settings`, and skips `kind` tests without Docker: the same fixtures users get for testing
 their own handler modules. Test directories override `driver_config`, `settings` and
 `handler_modules` in their own conftest.py. The helpers are re-exported here for the tests,
-and `kopf_csi.testing.spies` adds the driver spies `calls` and `secrets_seen`.
+and `kopf_csi.testing.spies` adds the driver spies `calls` and `secrets_seen`. `start` starts
+reference drivers from `driver_config` with overrides, for the tests of the driver and the client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import pathlib
 import signal
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
+import pytest
+
+from kopf_csi.driver import Driver, DriverConfig
 from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, TOPOLOGY_KEY, seed_node, until
 
 __all__ = [
     "DRIVER_NAME",
     "NODE",
     "TOPOLOGY_KEY",
+    "Start",
     "field_managers",
     "seed_node",
     "stopped_cleanly",
@@ -47,3 +54,24 @@ async def stopped_cleanly(process: asyncio.subprocess.Process) -> str:
     assert process.returncode == 0, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
     return log
+
+
+Start = Callable[..., Awaitable[Driver]]
+"""The `start` fixture: `await start(**config_overrides)` → a running driver."""
+
+
+@pytest.fixture
+async def start(driver_config: DriverConfig, socket_path: pathlib.Path) -> AsyncIterator[Start]:
+    """`await start(limits=Limits(...))`: `driver_config` with overrides, started on the test's
+    socket; every driver started is stopped at the end."""
+    drivers: list[Driver] = []
+
+    async def start(**overrides: Any) -> Driver:
+        driver = Driver(dataclasses.replace(driver_config, **overrides), socket_path=socket_path)
+        await driver.start()
+        drivers.append(driver)
+        return driver
+
+    yield start
+    for driver in drivers:
+        await driver.stop(grace=0.1)

@@ -106,20 +106,33 @@ async def test_lost_races_are_stale_writes_and_other_errors_are_not(
     with pytest.raises(kube.StaleWriteError) as conflict:  # a stale PUT: 409 Conflict
         await api.replace(kube.CONFIGMAPS, created)
     assert conflict.value.status == 409
+    stale_merge = {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]}}
+    with pytest.raises(kube.StaleWriteError) as merged:  # a guarded merge patch: 409 Conflict
+        await api.patch(kube.CONFIGMAPS, "cm", stale_merge, "default")
+    assert merged.value.status == 409
+    guarded = kube.guarded_patch(created, {"data": {"mine": "x"}})
+    assert guarded == {"metadata": stale_merge["metadata"], "data": {"mine": "x"}}
+    with pytest.raises(kube.StaleWriteError):
+        await api.patch(kube.CONFIGMAPS, "cm", guarded, "default")
+
+    # A JSON patch's failed `test` is the real server's bare 422, the same as for any patch
+    # that cannot be applied: nothing tells a lost race from a bad patch, so neither is one.
     stale_test = [
         {"op": "test", "path": "/metadata/resourceVersion",
          "value": created["metadata"]["resourceVersion"]},
         {"op": "add", "path": "/data", "value": {}},
     ]  # fmt: skip
-    with pytest.raises(kube.StaleWriteError) as failed:  # a failed `test`: 422 Invalid
-        await api.patch(kube.CONFIGMAPS, "cm", stale_test, "default", patch_type="json")
-    assert failed.value.status == 422
-    assert "testing value /metadata/resourceVersion failed" in str(failed.value)
     bad = [{"op": "remove", "path": "/nothing/here"}]
-    with pytest.raises(kube.KubeError) as invalid:  # 422 for another reason: a real error
-        await api.patch(kube.CONFIGMAPS, "cm", bad, "default", patch_type="json")
-    assert invalid.value.status == 422
-    assert not isinstance(invalid.value, kube.StaleWriteError)
+    for patch in (stale_test, bad):
+        with pytest.raises(kube.KubeError) as invalid:
+            await api.patch(kube.CONFIGMAPS, "cm", patch, "default", patch_type="json")
+        assert (invalid.value.status, invalid.value.reason) == (422, "Invalid")
+        assert not isinstance(invalid.value, kube.ConflictError)
+        assert str(invalid.value) == (
+            "(422 Invalid) the server rejected our request due to an error in our request"
+        )
+    with pytest.raises(ValueError, match="resourceVersion"):
+        kube.guarded_patch({"metadata": {"name": "cm"}}, {})
 
 
 async def test_a_claim_status_write_that_loses_a_race_is_built_again(

@@ -1,17 +1,26 @@
 """The README's first command: the sandbox starts everything, checks it, and leaves nothing.
 
 We test these aspects:
+- `-m` runs the user's modules (a file, a dotted module from the current directory) beside the
+  defaults; a module that is not there, or fails on import, is one line on stderr and a
+  non-zero exit before anything starts;
 - every component answers (API, driver, operator) and the sandbox says so;
 - the example manifests are applied over HTTP, and the narration follows each claim through
   provisioning, binding, attachment, detachment, deletion and volume deletion;
+- with `--serve`, the kubectl lines it prints work as printed (apply, then get with columns),
+  and so does its explain line (the Pending claim, with the operator's view);
 - it exits on its own with status 0 and removes the driver's socket (no process left behind).
 """
 
 from __future__ import annotations
 
 import pathlib
+import shutil
+import signal
 import subprocess
 import sys
+
+import pytest
 
 
 def test_sandbox_runs_and_exits_cleanly(tmp_path: pathlib.Path) -> None:
@@ -41,3 +50,132 @@ def test_sandbox_runs_and_exits_cleanly(tmp_path: pathlib.Path) -> None:
     assert "stopped: nothing left running" in out
     assert (workdir / "kubeconfig").exists()
     assert not (workdir / "csi.sock").exists()
+
+
+SANDBOX = [sys.executable, "-m", "kopf_csi.sandbox"]
+HOOK_MODULE = """
+import pathlib
+import shutil
+import signal
+
+import kopf
+from kopf_csi.provisioning.hooks import create_volume_hooks
+
+
+async def mark(claim, storage_class, request):
+    pathlib.Path(f"{MARK}-{claim['metadata']['name']}").touch()
+
+
+@kopf.on.startup()
+async def register(memo, **_):
+    create_volume_hooks(memo).append(mark)
+"""
+
+
+def _project(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A user's project: a handler file, and a package with a handler module, each a
+    CreateVolume hook that leaves a file named after each claim it saw."""
+    project = tmp_path / "project"
+    (project / "mine").mkdir(parents=True)
+    (project / "mine" / "__init__.py").write_text("")
+    (project / "mine" / "hooks.py").write_text(HOOK_MODULE.replace("{MARK}", "dotted"))
+    (project / "hook.py").write_text(HOOK_MODULE.replace("{MARK}", "file"))
+    return project
+
+
+def test_sandbox_runs_the_users_modules_beside_the_defaults(tmp_path: pathlib.Path) -> None:
+    project = _project(tmp_path)
+    args = ["--dir", str(tmp_path / "sandbox"), "--timeout", "5", "-m", "./hook.py"]
+    result = subprocess.run(
+        [*SANDBOX, *args, "-m", "mine.hooks"],
+        capture_output=True, text=True, timeout=90, cwd=project,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "handlers.resizer, ./hook.py, mine.hooks; connected to" in result.stdout
+    assert "pvc default/data-immediate  Bound" in result.stdout
+    marks = sorted(path.name for path in project.iterdir() if "-data-" in path.name)
+    assert marks == [
+        "dotted-data-immediate", "dotted-data-wffc", "file-data-immediate", "file-data-wffc",
+    ]  # fmt: skip
+
+
+def test_a_bad_module_is_one_line_and_starts_nothing(tmp_path: pathlib.Path) -> None:
+    project = _project(tmp_path)
+    (project / "broken.py").write_text("import kopf\n\nvalue = undefined_name\n")
+    (project / "unfinished.py").write_text("def handler(:\n")
+    expected = {
+        "missing": (2, "no module named 'missing'"),
+        "./absent.py": (2, "no such handler file: 'absent.py'"),
+        "./broken.py": (
+            1,
+            "a handler module failed to load (./broken.py): NameError: name 'undefined_name' "
+            "is not defined (broken.py, line 3)",
+        ),
+        "unfinished": (1, "a handler module failed to load (unfinished): SyntaxError: "),
+    }
+    workdir = tmp_path / "sandbox"
+    workdir.mkdir()
+    (workdir / "kubeconfig").write_text("the last run's")
+    for module, (code, text) in expected.items():
+        result = subprocess.run(
+            [*SANDBOX, "--dir", str(workdir), "-m", module],
+            capture_output=True, text=True, timeout=60, cwd=project,
+        )  # fmt: skip
+        assert result.returncode == code, result.stderr
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith(f"python -m kopf_csi.sandbox: error: {text}"), lines[0]
+        assert result.stdout == ""  # nothing started, nothing narrated
+        assert (workdir / "kubeconfig").read_text() == "the last run's"  # left as it was
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (not on PATH)")
+def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
+    """`--serve`, then the two kubectl lines and the explain line it prints, as a user copies
+    them."""
+    workdir = tmp_path / "sandbox"
+    process = subprocess.Popen(
+        [*SANDBOX, "--serve", "--dir", str(workdir), "--timeout", "5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=pathlib.Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    assert process.stdout is not None
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("serving until Ctrl-C"):
+            line = process.stdout.readline()
+            assert line, process.stderr.read() if process.stderr else ""
+            lines.append(line)
+        apply, get, explain = (process.stdout.readline().split() for _ in range(3))
+        cache = ["--cache-dir", str(tmp_path / "kube-cache")]
+        done = subprocess.run([*apply, *cache], capture_output=True, text=True, timeout=60)
+        assert done.stdout.splitlines() == [
+            "persistentvolumeclaim/data-immediate created",
+            "persistentvolumeclaim/data-wffc created",
+        ], done.stderr
+        wait = [*get[:3], "wait", "--for=jsonpath={.status.phase}=Bound", "pvc/data-immediate"]
+        subprocess.run([*wait, *cache], check=True, capture_output=True, timeout=60)
+        done = subprocess.run([*get, *cache], capture_output=True, text=True, timeout=60)
+        rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
+        explained = subprocess.run(explain, capture_output=True, text=True, timeout=60)
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err[-2000:]
+    assert "stopped: nothing left running" in out
+    assert rows[0][:6] == ["NAMESPACE", "NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS"]
+    claims = {row[1]: row for row in rows if row[1].startswith("persistentvolumeclaim/")}
+    immediate = claims["persistentvolumeclaim/data-immediate"]
+    assert immediate[2] == "Bound"
+    assert immediate[3].startswith("pvc-")
+    assert immediate[4:7] == ["1Gi", "RWO", "kopf-csi-immediate"]
+    assert claims["persistentvolumeclaim/data-wffc"][2] == "Pending"  # no Pod uses it
+    volumes = [row[:5] for row in rows if row[0].startswith("persistentvolume/")]  # no namespace
+    assert volumes == [[f"persistentvolume/{immediate[3]}", "1Gi", "RWO", "Delete", "Bound"]]
+    assert explained.returncode == 1, explained.stderr  # explained as blocked
+    first, *evidence = explained.stdout.splitlines()
+    assert first == (
+        "BLOCKED: persistentvolumeclaim/default/data-wffc: waiting for a first consumer: "
+        "no pod uses this claim (the class binds WaitForFirstConsumer)"
+    )
+    assert "  operator: serves hostpath.csi.kopf.dev" in evidence  # from --operator

@@ -13,11 +13,12 @@ import pathlib
 
 import pytest
 
-from kopf_csi.settings import Settings, SettingsError
+from kopf_csi import flags
+from kopf_csi.settings import SettingsError
 
 
 def test_defaults_are_the_go_sidecars() -> None:
-    settings = Settings.from_env({})
+    settings = flags.from_env({})
     assert settings.csi.address == "/run/csi/socket"
     assert settings.csi.timeout == 10.0
     assert settings.csi.connect_timeout == 30.0
@@ -27,7 +28,7 @@ def test_defaults_are_the_go_sidecars() -> None:
 
 
 def test_values_from_the_environment() -> None:
-    settings = Settings.from_env(
+    settings = flags.from_env(
         {
             "CSI_ADDRESS": "unix:///csi/csi.sock",
             "CSI_TIMEOUT": "15s",
@@ -60,5 +61,5 @@ def test_values_from_the_environment() -> None:
 )  # fmt: skip
 def test_bad_values_are_clear_errors(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError) as err:
-        Settings.from_env(env)
+        flags.from_env(env)
     assert message in str(err.value)

@@ -3,7 +3,7 @@
 The asyncio analogue of client-go's informer caches. kopf's watch handlers keep them current
 (`handlers/caches.py`); operations read them instead of calling the API, as the Go sidecars read
 their listers. A cache can be stale by the length of one watch event, which is why every write
-that depends on what was read is guarded (a resourceVersion or a JSON-patch `test`).
+that depends on what was read is guarded (by the resourceVersion read: 409 when stale).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ __all__ = ["UsageError", "main", "reference", "settings_for"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("auto", "json", "console")
-COMMANDS = ("run", "config", "docs")
+COMMANDS = ("run", "config", "docs", "explain")
 
 
 class UsageError(Exception):
@@ -130,7 +130,19 @@ def _build_parser() -> _Parser:
     _add_run_options(config)
     docs = commands.add_parser("docs", help="print the configuration reference (Markdown)")
     docs.add_argument("--output", metavar="FILE", help="write it to FILE instead")
+    _add_explain(commands)
     return parser
+
+
+def _add_explain(commands: Any) -> None:
+    """`kopf-csi explain`: its arguments live with it (`kopf_csi.explain.command`)."""
+    from kopf_csi.explain import command
+
+    explain = commands.add_parser(
+        "explain", help="say why a claim, volume, attachment or snapshot is stuck",
+        description=command.__doc__.split("\n\n")[0] if command.__doc__ else None,
+    )  # fmt: skip
+    command.add_arguments(explain)
 
 
 def _go_spellings(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
@@ -341,6 +353,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             code = _run(args, env)
         elif args.command == "config":
             code = _config(args, env)
+        elif args.command == "explain":
+            from kopf_csi.explain import command as explain
+
+            code = explain.run(args, env, prog="kopf-csi explain")
         else:
             code = _docs(args)
     except (UsageError, SettingsError) as exc:
@@ -387,7 +403,7 @@ default when neither is. Worker counts are not shared: `--worker-threads` is the
 (Go: 100), `--attacher-worker-threads` the attacher's (Go: 10).
 
 Handler modules run under a bare `kopf run` (no `kopf-csi`) read the same variables, with the
-same parsers and errors (`Settings.from_env()`).
+same parsers and errors (`kopf_csi.flags.from_env()`).
 """
 
 

@@ -11,6 +11,9 @@ Paths (constants in `kopf_csi.names`):
   standby waiting for its Leases (so that a rolling update does not wait for it to lead).
 - `/healthz/leader-election`: csi-lib-utils' path: 200 `ok` unless the `leader-election` check
   fails (the election's watchdog: a leader that has not renewed its lease in time).
+- `/debug/objects/<kind>/[<namespace>/]<name>`: read-only, what this operator knows of one
+  object (its work-queue state, newest event, journal entry, Leases) for `kopf-csi explain
+  --operator` (`kopf_csi.introspection`).
 
 `memo.health_checks` maps a name to a zero-argument callable returning `(ok, detail)` (or an
 awaitable of it). Other modules add entries; a check that raises counts as failed.
@@ -27,8 +30,9 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from kopf_csi import metrics, names, runtime
+from kopf_csi import introspection, metrics, names, runtime
 from kopf_csi.csi import CSIClient, CSIError
+from kopf_csi.targets import TargetError, parse_target
 
 __all__ = [
     "LEADER_ELECTION_CHECK",
@@ -45,6 +49,9 @@ LEADER_ELECTION_CHECK = "leader-election"
 """The key of the leader-election watchdog in `memo.health_checks`."""
 
 DRIVER_CHECK = "driver"
+
+PATH_DEBUG_OBJECTS = "/debug/objects"
+"""`/debug/objects/<kind>/[<namespace>/]<name>`: the operator's knowledge of one object (JSON)."""
 
 PROBE_TIMEOUT = 3.0
 """Seconds the driver gets to answer Probe for `/healthz` (at most `--timeout`)."""
@@ -100,6 +107,8 @@ class Endpoints:
         app.router.add_get(names.PATH_HEALTHZ, self._healthz)
         app.router.add_get(names.PATH_READYZ, self._readyz)
         app.router.add_get(names.PATH_LEADER_ELECTION_HEALTHZ, self._leader_election)
+        app.router.add_get(PATH_DEBUG_OBJECTS + "/{kind}/{name}", self._debug_object)
+        app.router.add_get(PATH_DEBUG_OBJECTS + "/{kind}/{namespace}/{name}", self._debug_object)
         # No access log: kubelet probes every few seconds would drown the operator's own lines.
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -151,6 +160,24 @@ class Endpoints:
             if not ok:
                 return web.Response(text=f"internal server error: {detail}\n", status=500)
         return web.Response(text="ok")
+
+    async def _debug_object(self, request: web.Request) -> web.Response:
+        """What this operator knows of one object, for `kopf-csi explain --operator` (GET only;
+        `?uid=` adds its newest event and its journal entry). Nothing secret: see
+        `kopf_csi.introspection`."""
+        info = request.match_info
+        namespace = info.get("namespace")
+        parts = [info["kind"], *([namespace] if namespace else []), info["name"]]
+        try:
+            found = parse_target("/".join(parts), default_namespace=None)
+        except TargetError as exc:
+            return web.json_response({"error": str(exc)}, status=404)
+        if found.namespace is not None and namespace is None:
+            return web.json_response({"error": f"{found.kind} needs a namespace"}, status=404)
+        state = introspection.object_state(
+            self.memo, found.kind, found.namespace, found.name, request.query.get("uid")
+        )
+        return web.json_response(state)
 
     async def _probe_driver(self) -> CheckResult:
         client: CSIClient | None = getattr(self.memo, "csi", None)

@@ -28,12 +28,11 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 import structlog
 
 from kopf_csi import kube
 
-__all__ = ["NORMAL", "WARNING", "Recorder", "flush_all"]
+__all__ = ["NORMAL", "WARNING", "LastEvent", "Recorder", "flush_all", "last_event"]
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -59,6 +58,22 @@ async def flush_all(timeout: float) -> None:
         log.warning("events_not_posted", queued=sum(r.queued for r in recorders))
         for recorder in recorders:
             await recorder.abandon()
+
+
+@dataclasses.dataclass(frozen=True)
+class LastEvent:
+    """The newest event a recorder was asked to post about one object (its message in full)."""
+
+    type: str
+    reason: str
+    message: str
+    at: float  # time.monotonic()
+
+
+def last_event(uid: str) -> LastEvent | None:
+    """The newest event any live recorder of this process was asked to post about `uid`."""
+    found = [r._last[uid] for r in list(_recorders) if uid in r._last]
+    return max(found, key=lambda event: event.at) if found else None
 
 
 @dataclasses.dataclass
@@ -97,6 +112,7 @@ class Recorder:
         ]
         self._senders: list[asyncio.Task[None] | None] = [None] * SENDERS
         self.dropped = 0  # events dropped because MAX_QUEUED were waiting
+        self._last: dict[str, LastEvent] = {}
         _recorders.add(self)
 
     @property
@@ -113,6 +129,11 @@ class Recorder:
                 log.warning("events_dropped", reason=reason, queued=queued, dropped=self.dropped)
             return
         body = self._event(obj, type_=type_, reason=reason, message=message)
+        if uid:  # the newest per object, in full, for the debug endpoint (`last_event`)
+            self._last.pop(uid, None)
+            if len(self._last) >= MAX_REMEMBERED:
+                self._last.pop(next(iter(self._last)))
+            self._last[uid] = LastEvent(type_, reason, message, time.monotonic())
         shard = hash(uid) % SENDERS  # one object, one sender: its events stay in order
         self._queues[shard].append(_Queued(key=(uid, type_, reason, message), body=body))
         sender = self._senders[shard]
@@ -155,7 +176,7 @@ class Recorder:
                 await self.api.patch(kube.EVENTS, seen.name, patch, seen.namespace)
                 return
             created = await self.api.create(kube.EVENTS, body)
-        except (kube.KubeError, aiohttp.ClientError, OSError) as exc:
+        except kube.REQUEST_ERRORS as exc:
             # Events are best effort: an API that refuses or cannot be reached loses only this.
             log.warning("event_not_posted", reason=key[2], object_uid=key[0], error=str(exc))
             self._posted.pop(key, None)

@@ -49,6 +49,7 @@ __all__ = [
     "describe",
     "description",
     "format_duration",
+    "from_env",
     "parse_duration",
     "resolve",
     "table",
@@ -400,6 +401,17 @@ def resolve(given: Mapping[str, str], env: Mapping[str, str], *, root: type = Se
         values.setdefault(flag.group, {})[flag.field] = value
         sources[flag.dest] = found
     return Resolved(settings=_build(root, values, sources), sources=sources)
+
+
+def from_env(env: Mapping[str, str]) -> Settings:
+    """Settings from the environment alone: what handler modules use under a bare `kopf run`.
+
+    The same table and parsers as `kopf-csi run`, without flags: `KOPF_CSI_<FLAG>` for every
+    setting, and `CSI_ADDRESS`, `CSI_TIMEOUT`, `CSI_CONNECT_TIMEOUT`, `KUBECONFIG`,
+    `POD_NAMESPACE`, `NODE_NAME`, `NODE_DEPLOYMENT`.
+    """
+    settings: Settings = resolve({}, env).settings
+    return settings
 
 
 def _lookup(flag: Flag, given: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, str] | None:

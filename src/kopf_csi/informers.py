@@ -24,7 +24,6 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import aiohttp
 import structlog
 
 from kopf_csi import kube
@@ -98,7 +97,7 @@ class Informer:
                     self._version = None
                     continue
                 delay = await self._backoff(exc, delay)
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            except (*kube.TRANSPORT_ERRORS, TimeoutError, ValueError) as exc:
                 delay = await self._backoff(exc, delay)
             except Exception as exc:  # a bug in a listener: say so, never stop watching
                 log.exception("informer_listener_failed", resource=self.resource.plural)

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar
 
+import aiohttp
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
 
@@ -38,12 +39,14 @@ __all__ = [
     "GROUP_SNAPSHOT_CONTENTS",
     "LEASES",
     "NODES",
+    "REQUEST_ERRORS",
     "SECRETS",
     "SNAPSHOTS",
     "SNAPSHOT_CLASSES",
     "SNAPSHOT_CONTENTS",
     "STALE_WRITE_ATTEMPTS",
     "STORAGE_CLASSES",
+    "TRANSPORT_ERRORS",
     "VOLUMES",
     "VOLUME_ATTACHMENTS",
     "VOLUME_ATTRIBUTES_CLASSES",
@@ -56,6 +59,7 @@ __all__ = [
     "Resource",
     "StaleWriteError",
     "decode_secret_data",
+    "guarded_patch",
     "login",
     "retry_on_conflict",
     "user_agent",
@@ -70,6 +74,8 @@ KEEPALIVE = 60.0
 """Seconds an idle connection to the API server is kept (aiohttp's default: 15 s)."""
 WATCH_TIMEOUT = 300  # seconds a watch request runs before the server ends it (client-go: 5-10 min)
 """Objects per LIST page: client-go's pager and reflector use 500, and so do we (and kopf)."""
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+"""The Accept header of a GET that wants the object's metadata alone (`get_metadata`)."""
 CONTENT_TYPES = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -153,11 +159,34 @@ class ConflictError(KubeError):
 class StaleWriteError(ConflictError):
     """Someone else wrote the object after we read it: a lost race, not a failure.
 
-    A PUT with a stale resourceVersion is 409 Conflict; a JSON patch whose
-    `test /metadata/resourceVersion` (or any other `test`) fails is 422 Invalid, with the
-    json-patch library's "testing value ... failed" as its cause. Either way the write did
-    nothing: read the object again and decide again, quietly.
+    The API says so in one way only: 409 Conflict, for a PUT or a merge patch that carries the
+    `metadata.resourceVersion` it was made from (`guarded_patch`). A JSON patch's failed
+    `test` is never one: the real server answers every JSON-patch failure alike (422 Invalid,
+    `details: {}`), so a lost race cannot be told from a bad patch by it, and no guarded
+    write here is a JSON patch. Either way the write did nothing: read the object again and
+    decide again, quietly (`retry_on_conflict`).
     """
+
+
+def guarded_patch(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch `patch`, guarded by the resourceVersion of `obj`, the copy it was made
+    from: if anyone wrote the object since, the server answers 409 (`StaleWriteError`) and
+    writes nothing. A list in it (the finalizers) replaces the whole list, which the guard
+    makes safe: it can only replace the list as we read it."""
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    if not version:
+        raise ValueError("a guarded write needs the resourceVersion of the object it was made of")
+    metadata = {**(patch.get("metadata") or {}), "resourceVersion": str(version)}
+    return {**patch, "metadata": metadata}
+
+
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
+"""No answer at all: a refused connection, a reset, a closed session (kubernetes-asyncio lets
+aiohttp's errors through). Callers catch these, not aiohttp's: only this module knows the
+transport."""
+
+REQUEST_ERRORS = (KubeError, *TRANSPORT_ERRORS)
+"""What any API request may raise: an answer with an error, or none."""
 
 
 STALE_WRITE_ATTEMPTS = 5
@@ -227,12 +256,12 @@ class Credentials:
         return f"Credentials(server={self.server!r}, insecure={self.insecure})"
 
 
-async def _load(kubeconfig: pathlib.Path | None) -> Any:
+async def _load(kubeconfig: pathlib.Path | None, context: str | None = None) -> Any:
     try:
         if kubeconfig is not None:
             configuration = kubernetes_asyncio.client.Configuration()
             await kubernetes_asyncio.config.load_kube_config(
-                config_file=str(kubeconfig), client_configuration=configuration
+                config_file=str(kubeconfig), context=context, client_configuration=configuration
             )
             return configuration
         configuration = kubernetes_asyncio.client.Configuration()
@@ -300,13 +329,21 @@ class KubeClient:
         # User-Agent ("OpenAPI-Generator/..."), so that ours reaches the server.
         api.default_headers.pop("User-Agent", None)
 
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        return str(self._api.configuration.host)
+
     def as_manager(self, manager: str) -> KubeClient:
         """The same connection, writing as `manager` (e.g. `csi-provisioner`)."""
         return KubeClient(self._api, manager=manager)
 
     @classmethod
-    async def connect(cls, kubeconfig: pathlib.Path | None) -> KubeClient:
-        configuration = await _load(kubeconfig)
+    async def connect(
+        cls, kubeconfig: pathlib.Path | None, *, context: str | None = None
+    ) -> KubeClient:
+        """Log in with the kubeconfig (and its `context`, else its current one), or in-cluster."""
+        configuration = await _load(kubeconfig, context)
         if configuration.proxy is None:
             configuration.proxy = _environment_proxy(configuration.host)
         api = kubernetes_asyncio.client.ApiClient(configuration=configuration)
@@ -346,9 +383,26 @@ class KubeClient:
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Body | None:
         """The object, or None when it does not exist."""
         try:
-            return await self._request("GET", resource.path(namespace, name))
+            return await self.read(resource, name, namespace)
         except NotFoundError:
             return None
+
+    async def get_metadata(
+        self, resource: Resource, name: str, namespace: str | None = None
+    ) -> Body | None:
+        """The object's metadata alone (a PartialObjectMetadata), or None when it does not exist.
+
+        The server leaves the rest out: a Secret's data never comes over the wire.
+        """
+        try:
+            return await self._request("GET", resource.path(namespace, name), accept=METADATA_ONLY)
+        except NotFoundError:
+            return None
+
+    async def read(self, resource: Resource, name: str, namespace: str | None = None) -> Body:
+        """The object; `NotFoundError` when it does not exist, with the server's own text
+        (`volumesnapshots.snapshot.storage.k8s.io "x" not found`), as client-go's Get."""
+        return await self._request("GET", resource.path(namespace, name))
 
     async def list(
         self,
@@ -501,15 +555,19 @@ class KubeClient:
         body: Any = None,
         query: Mapping[str, str | None] | None = None,
         content_type: str = "application/json",
+        accept: str | None = None,
     ) -> Body:
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        headers = {**self._headers, "Content-Type": content_type}
+        if accept is not None:
+            headers["Accept"] = accept
         if method in ("POST", "PUT", "PATCH"):
             params.append(("fieldManager", self.manager))
         response = await self._api.call_api(
             path,
             method,
             query_params=params,
-            header_params={**self._headers, "Content-Type": content_type},
+            header_params=headers,
             body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,
@@ -559,24 +617,6 @@ def _decode(raw: bytes, *, status: int, method: str, path: str) -> Body:
     message = str(data.get("message") or f"{method} {path} failed")
     reason = str(data.get("reason") or "")
     error: type[KubeError] = {404: NotFoundError, 409: ConflictError}.get(status, KubeError)
-    if _is_stale_write(status, reason, data):
+    if status == 409 and reason == "Conflict":  # not AlreadyExists
         error = StaleWriteError
-        causes = [str(c.get("message")) for c in _causes(data) if c.get("message")]
-        if causes:
-            message = f"{message}: {'; '.join(causes)}"
     raise error(message, status=status, reason=reason)
-
-
-def _causes(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    details = status.get("details")
-    causes = details.get("causes") if isinstance(details, Mapping) else None
-    return [c for c in causes if isinstance(c, Mapping)] if isinstance(causes, list) else []
-
-
-def _is_stale_write(status: int, reason: str, body: Mapping[str, Any]) -> bool:
-    if status == 409:
-        return reason == "Conflict"  # not AlreadyExists
-    return status == 422 and any(
-        str(cause.get("message", "")).startswith(("testing value ", "error in test for path"))
-        for cause in _causes(body)
-    )

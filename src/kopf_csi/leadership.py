@@ -48,7 +48,6 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import structlog
 
 from kopf_csi import events, kube, names
@@ -107,7 +106,7 @@ __all__ = [
 log = structlog.get_logger("kopf_csi.leadership")
 
 Body = dict[str, Any]
-API_ERRORS = (kube.KubeError, aiohttp.ClientError, OSError)
+API_ERRORS = kube.REQUEST_ERRORS
 """What a Lease request may raise: an answer with an error, or none (a refused connection, a
 reset). A failed attempt, never the end of the renewal loop: a leader whose loop died would
 go on working, unrenewed, after a standby took its Leases over."""

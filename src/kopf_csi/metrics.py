@@ -13,7 +13,8 @@ It implements the hooks the rest of the code calls, and nothing else calls prome
 - `kopf_csi.observing.ProvisioningObserver` → `controller_persistentvolumeclaim_provision_*`
   and `controller_persistentvolume_delete_*` (the provisioner library's, labels class/source).
 - `kopf_csi.queueing.QueueObserver` → client-go's `workqueue_*` metrics (label `name`).
-  Depth and the in-flight durations are read from the queues at scrape time.
+  Depth and the in-flight durations are read from the queues at scrape time (`ScrapedQueue`:
+  what this module needs of a queue, so that it imports no queue module).
 - `leader`: `leader_election_master_status{name}`, for the leader-election module.
 
 Upstream's `migrated` label exists only for drivers that replace an in-tree plugin (CSI
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -33,7 +34,6 @@ from prometheus_client.registry import Collector
 
 from kopf_csi import names
 from kopf_csi.csi.codes import Code
-from kopf_csi.queueing import WorkQueue
 
 __all__ = [
     "CONTENT_TYPE",
@@ -41,6 +41,7 @@ __all__ = [
     "OPERATION_BUCKETS",
     "QUEUE_BUCKETS",
     "Metrics",
+    "ScrapedQueue",
     "from_memo",
     "grpc_code_name",
 ]
@@ -75,6 +76,18 @@ _HELP_UNFINISHED = "[BETA] Seconds of work in flight, not yet in work_duration (
 _HELP_LONGEST = "[BETA] Seconds the longest run in flight has been running"
 _HELP_RETRIES = "[BETA] Delayed re-adds (retries) of the work queue"
 _HELP_LEADER = "1 while this replica holds the named lease, 0 while it waits"
+
+
+class ScrapedQueue(Protocol):
+    """What a scrape reads of a work queue (`kopf_csi.queueing.WorkQueue` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def depth(self) -> int: ...
+
+    def processing_since(self) -> list[float]: ...
 
 
 def grpc_code_name(code: Code) -> str:
@@ -138,7 +151,7 @@ class Metrics:
         self.leader_status = Gauge(
             names.METRIC_LEADER_STATUS, _HELP_LEADER, ("name",), registry=registry
         )
-        self.queues: dict[str, WorkQueue[Any]] = {}
+        self.queues: dict[str, ScrapedQueue] = {}
         """The started queues by name, read at scrape time (the newest of a name wins)."""
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         registry.register(_QueueCollector(self.queues))
@@ -173,7 +186,7 @@ class Metrics:
 
     # -- work queues (`kopf_csi.queueing.QueueObserver`) ---------------------------------------
 
-    def started(self, queue: WorkQueue[Any]) -> None:
+    def started(self, queue: ScrapedQueue) -> None:
         self.queues[queue.name] = queue
         # Present from the start, as client-go creates them with the queue: zero, not absent.
         for family in (self.queue_adds, self.queue_retries, self.queue_latency, self.queue_work):
@@ -216,7 +229,7 @@ class Metrics:
 class _QueueCollector(Collector):
     """The gauges client-go keeps current with a ticker, computed when scraped instead."""
 
-    def __init__(self, queues: dict[str, WorkQueue[Any]]) -> None:
+    def __init__(self, queues: dict[str, ScrapedQueue]) -> None:
         self._queues = queues
 
     def describe(self) -> Iterable[Metric]:

@@ -449,6 +449,9 @@ ERROR_SNAPSHOT_SECRET_REFERENCE: Final = (
 ERROR_SNAPSHOT_GET_CREDENTIALS: Final = (
     "failed to get credentials for snapshot content {content}: {error}"
 )
+ERROR_SNAPSHOT_MEMBER_CREDENTIALS: Final = (
+    "failed to get credentials from annotation for snapshot content {content}: {error}"
+)
 ERROR_SNAPSHOT_GET_SECRET: Final = "error getting secret {name} in namespace {namespace}: {error}"
 ERROR_SNAPSHOT_LIST: Final = "failed to list snapshot for content {content}: {quoted}"
 ERROR_SNAPSHOT_LIST_NO_HANDLE: Final = (
@@ -503,6 +506,9 @@ ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAMESPACE: Final = (
 )
 """On VGSCs, set by the snapshot-controller: the secret of the create and delete calls."""
 ANN_GROUP_SNAPSHOT_DEFAULT_CLASS: Final = "groupsnapshot.storage.kubernetes.io/is-default-class"
+ANN_GROUP_SNAPSHOT_HANDLE: Final = "groupsnapshot.storage.k8s.io/volumeGroupSnapshotHandle"
+"""On the VSC of each member of a group, set by the snapshot-controller (the group's handle):
+the member's content is the snapshot-controller's, never created or written by the sidecar."""
 FINALIZER_GROUP_SNAPSHOT_CONTENT_BOUND: Final = (
     "groupsnapshot.storage.kubernetes.io/volumegroupsnapshotcontent-bound-protection"
 )

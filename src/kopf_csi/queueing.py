@@ -12,7 +12,7 @@ The guarantees are client-go's (`k8s.io/client-go/util/workqueue`):
   marked dirty and queued again when that run finishes, so events are never lost;
 - keys are taken in the order they were first queued (FIFO);
 - a failing key is retried forever with its own exponential backoff (1 s doubling to 5 min by
-  default: the sidecars' `--retry-interval-start/-max`, see `kopf_csi.provisioning.backoff`);
+  default: the sidecars' `--retry-interval-start/-max`, see `next_delay`);
   a success forgets its failures. external-attacher ignores `isFinalError` and retries every
   error this way; external-provisioner retries a live claim forever (#154 → PR #216).
 
@@ -47,25 +47,65 @@ import functools
 import math
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
-from kopf_csi.provisioning.backoff import next_delay
-
 __all__ = [
     "DONE",
     "RETRY",
     "Clock",
+    "KeyState",
     "Outcome",
     "QueueObserver",
     "WorkQueue",
     "next_delay",
     "retry_after",
+    "started_queues",
 ]
 
 logger = structlog.get_logger("kopf_csi.queueing")
+
+_started: weakref.WeakSet[WorkQueue[Any]] = weakref.WeakSet()
+
+
+def started_queues(loop: asyncio.AbstractEventLoop) -> list[WorkQueue[Any]]:
+    """The queues started on `loop` (one operator's), for its read-only debug endpoint."""
+    return [queue for queue in list(_started) if queue._loop is loop]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyState:
+    """Where one key stands in a queue (`WorkQueue.key_state`), read-only."""
+
+    queue: str
+    position: int | None
+    """1-based place among the keys waiting for a worker; None when not waiting."""
+    depth: int
+    processing_for: float | None
+    """Seconds a worker has been on it (known with an observer); None when not processing."""
+    processing: bool
+    failures: int
+    next_retry_in: float | None
+    """Seconds until its delayed add fires; None when none is pending."""
+
+
+def next_delay(failures: int, *, start: float = 1.0, maximum: float = 300.0) -> float:
+    """The wait after the `failures`-th consecutive failure (1 = the first failure).
+
+    client-go's `ItemExponentialFailureRateLimiter(retry-interval-start, retry-interval-max)`,
+    which external-provisioner gives every claim and every volume: the n-th consecutive failure
+    waits `start * 2**(n-1)`, capped at `max`; a success resets the count.
+    """
+    if failures < 1:
+        return 0.0
+    exponent = failures - 1
+    if exponent >= 64 or start * 2.0**exponent > maximum:  # also guards float overflow
+        return maximum
+    return start * 2.0**exponent
+
 
 K = TypeVar("K", bound=Hashable)
 
@@ -214,6 +254,28 @@ class WorkQueue(Generic[K]):
     def processing_since(self) -> list[float]:
         """When each run in flight started (`time.monotonic()`); empty without an observer."""
         return list(self._started.values())
+
+    def key_state(self, key: K) -> KeyState | None:
+        """Where `key` stands (waiting, processing, retrying), or None when the queue has no
+        trace of it. Read-only; call it on the queue's loop."""
+        position = None
+        if key in self._queue:
+            position = next(i for i, queued in enumerate(self._queue, 1) if queued == key)
+        delayed = self._delayed.get(key)
+        processing = key in self._processing
+        failures = self._failures.get(key, 0)
+        if position is None and delayed is None and not processing and not failures:
+            return None
+        since = self._started.get(key)
+        return KeyState(
+            queue=self.name,
+            position=position,
+            depth=len(self._queue),
+            processing_for=None if since is None else time.monotonic() - since,
+            processing=processing,
+            failures=failures,
+            next_retry_in=None if delayed is None else delayed.when - self._get_clock().time(),
+        )
 
     # -- adding and removing -----------------------------------------------------------------
 
@@ -387,6 +449,7 @@ class WorkQueue(Generic[K]):
             raise RuntimeError(f"work queue {self.name!r} cannot start twice")
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
+        _started.add(self)
         if self._observer is not None:
             self._observer.started(self)
         self._tasks = [

@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import heap, kube, leadership
+from kopf_csi import flags, heap, kube, leadership
 from kopf_csi.caches import Caches
 from kopf_csi.settings import Settings
 
@@ -96,7 +96,7 @@ def settings_from_memo(memo: Any) -> Settings:
     settings = getattr(memo, "settings", None)
     if isinstance(settings, Settings):
         return settings
-    settings = Settings.from_env()
+    settings = flags.from_env(os.environ)
     memo.settings = settings
     return settings
 
@@ -115,14 +115,21 @@ def caches_from_memo(memo: Any) -> Caches:
     return caches
 
 
-async def wait_for_driver(memo: Any, *, timeout: float) -> bool:
+CONNECT_MARGIN = 10.0
+"""Seconds a controller waits for `lifecycle.connect` beyond the driver's own connect wait."""
+
+
+async def wait_for_driver(memo: Any, *, timeout: float | None = None) -> bool:
     """Let a controller's start-up wait for `lifecycle.connect`, or fail at once if it failed.
 
     True once the driver is connected (`memo.driver`); False when the operator runs without a
     CSI driver (`--no-csi`): the CSI controllers then stay idle. A standby replica (leader
     election) waits for as long as another replica leads: the timeout counts only while it is
-    not waiting for its Leases.
+    not waiting for its Leases. The timeout is the settings' `--csi-connect-timeout` plus
+    `CONNECT_MARGIN` unless given.
     """
+    if timeout is None:
+        timeout = settings_from_memo(memo).csi.connect_timeout + CONNECT_MARGIN
     deadline = time.monotonic() + timeout
     while getattr(memo, "driver", None) is None:
         if getattr(memo, "without_driver", False):

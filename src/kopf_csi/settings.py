@@ -2,17 +2,16 @@
 
 Names follow the Go sidecars' flags (`--csi-address` → `csi.address`, `--timeout` →
 `csi.timeout`). Settings are parsed once, by an entry point, and handed to the handlers through
-kopf's memo; nothing else reads the environment. `from_env()` is the fallback used when the
-handler modules run under a bare `kopf run`.
+kopf's memo; nothing else reads the environment. `kopf_csi.flags.from_env()` is the fallback
+used when the handler modules run under a bare `kopf run`. This module imports no parser: the
+flag table (`kopf_csi.flags`) reads these classes, never the other way round.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
 import re
-from collections.abc import Mapping
 
 from kopf_csi.attaching.options import AttacherOptions, HealthMonitorOptions
 from kopf_csi.provisioning.options import ProvisionerOptions
@@ -202,16 +201,3 @@ class Settings:
         default_factory=LeaderElectionSettings
     )
     http: HTTPSettings = dataclasses.field(default_factory=HTTPSettings)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Settings from the environment alone: what handler modules use under a bare `kopf run`.
-
-        The same table and parsers as `kopf-csi run` (`kopf_csi.flags`), without flags:
-        `KOPF_CSI_<FLAG>` for every setting, and `CSI_ADDRESS`, `CSI_TIMEOUT`,
-        `CSI_CONNECT_TIMEOUT`, `KUBECONFIG`, `POD_NAMESPACE`, `NODE_NAME`, `NODE_DEPLOYMENT`.
-        """
-        from kopf_csi import flags  # it reads this module's classes: imported late
-
-        settings: Settings = flags.resolve({}, os.environ if env is None else env).settings
-        return settings

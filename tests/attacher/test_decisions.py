@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
+from kopf_csi import kube
 from kopf_csi.attaching import decisions
 from kopf_csi.attaching.decisions import Route
 from kopf_csi.attaching.errors import AttachError, error_code, error_text, is_final
 from kopf_csi.csi import Code, CSIError, CSITimeoutError
-from kopf_csi.testing.apimachinery import StatusError, json_patch
+from kopf_csi.testing.apimachinery import StatusError, merge_patch
+from kopf_csi.testing.emulator import EmulatedCluster
 
 DRIVER = "hostpath.csi.k8s.io"
 FINALIZER = "external-attacher/hostpath-csi-k8s-io"
@@ -183,50 +185,51 @@ def _object(finalizers: list[str] | None) -> dict[str, Any]:
 def test_add_finalizer_patch(finalizers: list[str] | None, expected: list[str]) -> None:
     obj = _object(finalizers)
     patch = decisions.add_finalizer_patch(obj, FINALIZER)
-    assert patch is not None
-    assert json_patch(obj, patch)["metadata"]["finalizers"] == expected
+    assert patch == {"metadata": {"finalizers": expected}}
+    assert merge_patch(obj, patch)["metadata"]["finalizers"] == expected
 
 
 def test_add_finalizer_patch_is_none_when_present() -> None:
     assert decisions.add_finalizer_patch(_object(["a", FINALIZER]), FINALIZER) is None
 
 
-@pytest.mark.parametrize(
-    ("read", "actual"),
-    [
-        pytest.param(["a"], ["a", "b"], id="another finalizer added since"),
-        pytest.param(None, ["b"], id="a list appeared since"),
-    ],
-)
-def test_add_finalizer_patch_fails_on_a_stale_read(
-    read: list[str] | None, actual: list[str]
-) -> None:
-    patch = decisions.add_finalizer_patch(_object(read), FINALIZER)
-    current = _object(actual)
-    current["metadata"]["resourceVersion"] = "6"
-    with pytest.raises(StatusError) as error:
-        json_patch(current, patch)
-    assert error.value.code == 422
-
-
 def test_remove_finalizer_patch() -> None:
     obj = _object(["a", FINALIZER, "b"])
     patch = decisions.remove_finalizer_patch(obj, FINALIZER)
-    assert patch == [
-        {"op": "test", "path": "/metadata/finalizers/1", "value": FINALIZER},
-        {"op": "remove", "path": "/metadata/finalizers/1"},
-    ]
-    assert json_patch(obj, patch)["metadata"]["finalizers"] == ["a", "b"]
+    assert patch == {"metadata": {"finalizers": ["a", "b"]}}
+    assert decisions.remove_finalizer_patch(_object([FINALIZER]), FINALIZER) == {
+        "metadata": {"finalizers": []}
+    }
     assert decisions.remove_finalizer_patch(_object(["a"]), FINALIZER) is None
     assert decisions.remove_finalizer_patch(_object(None), FINALIZER) is None
 
 
-def test_remove_finalizer_patch_never_writes_back_a_removed_finalizer() -> None:
-    """#1217: the other finalizer went after our read; the test fails instead of re-adding it."""
-    patch = decisions.remove_finalizer_patch(_object(["other", FINALIZER]), FINALIZER)
+@pytest.mark.parametrize(
+    ("read", "changed", "plan"),
+    [
+        pytest.param(["a"], ["a", "b"], decisions.add_finalizer_patch,
+                     id="add: another added since"),
+        pytest.param(None, ["b"], decisions.add_finalizer_patch, id="add: a list appeared since"),
+        pytest.param(["a", FINALIZER], [FINALIZER], decisions.remove_finalizer_patch,
+                     id="remove (#1217): another removed since"),
+    ],
+)  # fmt: skip
+def test_finalizer_patches_never_write_over_a_change_since_the_read(
+    read: list[str] | None, changed: list[str], plan: Any
+) -> None:
+    """Sent guarded, as the attacher sends it, a patch made from a stale read is refused (409)
+    instead of writing back what another controller changed meanwhile."""
+    cluster = EmulatedCluster(storage_protection=False)
+    cluster.create("persistentvolumes", {"metadata": {"name": "pv-1", "finalizers": read}})
+    stale = cluster.get("persistentvolumes", None, "pv-1")
+    assert stale is not None
+    cluster.patch("persistentvolumes", None, "pv-1", {"metadata": {"finalizers": changed}})
+    guarded = kube.guarded_patch(stale, plan(stale, FINALIZER))
     with pytest.raises(StatusError) as error:
-        json_patch(_object([FINALIZER]), patch)
-    assert error.value.code == 422
+        cluster.patch("persistentvolumes", None, "pv-1", guarded)
+    assert (error.value.code, error.value.reason) == (409, "Conflict")
+    current = cluster.get("persistentvolumes", None, "pv-1") or {}
+    assert current["metadata"]["finalizers"] == changed
 
 
 @pytest.mark.parametrize(
@@ -243,7 +246,7 @@ def test_remove_finalizer_patch_never_writes_back_a_removed_finalizer() -> None:
 )  # fmt: skip
 def test_va_metadata_patch(meta: dict[str, Any], expected: dict[str, Any]) -> None:
     patch = decisions.va_metadata_patch(_va(meta=meta), finalizer=FINALIZER, node_id="id-1")
-    assert patch == {"metadata": {**expected, "resourceVersion": "7"}}
+    assert patch == {"metadata": expected}
 
 
 def test_va_metadata_patch_is_none_when_done() -> None:

@@ -39,6 +39,19 @@ def _finalizers(cluster: EmulatedCluster, name: str) -> list[str] | None:
     return None if pv is None else list(pv["metadata"].get("finalizers") or [])
 
 
+def _deleted_volume(cluster: EmulatedCluster, *finalizers: str) -> Caches:
+    """PV `pv-1` with `finalizers`, deleted (so waiting for them), read into a fresh cache."""
+    body = volume("pv-1", "vol-1")
+    body["metadata"]["finalizers"] = list(finalizers)
+    cluster.create("persistentvolumes", body)
+    cluster.delete("persistentvolumes", None, "pv-1")
+    read = cluster.get("persistentvolumes", None, "pv-1")
+    assert read is not None
+    caches = Caches()
+    caches.volumes.store(read)
+    return caches
+
+
 async def test_a_deleted_volume_keeps_our_finalizer_until_its_attachment_is_gone(
     cluster: EmulatedCluster, driver: Driver, socket_path: pathlib.Path, operator: OperatorThread
 ) -> None:
@@ -64,27 +77,12 @@ async def api(kubeconfig: pathlib.Path) -> AsyncIterator[kube.KubeClient]:
 async def test_a_stale_read_cannot_write_back_a_removed_finalizer(
     cluster: EmulatedCluster, api: kube.KubeClient, socket_path: pathlib.Path
 ) -> None:
-    body = volume("pv-1", "vol-1")
-    body["metadata"]["finalizers"] = [PROVISIONER_FINALIZER, FINALIZER]
-    cluster.create("persistentvolumes", body)
-    cluster.delete("persistentvolumes", None, "pv-1")
-    stale = cluster.get("persistentvolumes", None, "pv-1")
-    assert stale is not None
+    caches = _deleted_volume(cluster, PROVISIONER_FINALIZER, FINALIZER)
     # The provisioner removes its finalizer after our read (the #1217 race).
     cluster.patch("persistentvolumes", None, "pv-1", {"metadata": {"finalizers": [FINALIZER]}})
-    caches = Caches()
-    caches.volumes.store(stale)
-    driver = DriverInfo(
-        name=DRIVER_NAME,
-        vendor_version="test",
-        manifest={},
-        plugin_capabilities=frozenset({"CONTROLLER_SERVICE"}),
-        volume_expansion=frozenset(),
-        controller_capabilities=frozenset({"PUBLISH_UNPUBLISH_VOLUME"}),
-    )
     async with CSIClient(str(socket_path)) as client:  # never called here
         attacher = Attacher(
-            csi_client=client, api=api, caches=caches, driver=driver, options=FAST_ATTACHER
+            csi_client=client, api=api, caches=caches, driver=_driver(), options=FAST_ATTACHER
         )
         # The stale patch fails its `test` (422), so nothing is written back; one fresh read
         # and a second patch follow at once, without waiting for a retry.
@@ -102,15 +100,8 @@ async def test_a_fresh_read_that_still_needs_the_finalizer_keeps_it(
     socket_path: pathlib.Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    body = volume("pv-1", "vol-1")
-    body["metadata"]["finalizers"] = [PROVISIONER_FINALIZER, FINALIZER]
-    cluster.create("persistentvolumes", body)
-    cluster.delete("persistentvolumes", None, "pv-1")
-    stale = cluster.get("persistentvolumes", None, "pv-1")
-    assert stale is not None
+    caches = _deleted_volume(cluster, PROVISIONER_FINALIZER, FINALIZER)
     cluster.patch("persistentvolumes", None, "pv-1", {"metadata": {"finalizers": [FINALIZER]}})
-    caches = Caches()
-    caches.volumes.store(stale)
     async with CSIClient(str(socket_path)) as client:
         attacher = Attacher(
             csi_client=client, api=api, caches=caches, driver=_driver(), options=FAST_ATTACHER
@@ -129,12 +120,7 @@ async def test_a_fresh_read_that_still_needs_the_finalizer_keeps_it(
 async def test_other_errors_are_retried(
     cluster: EmulatedCluster, api: kube.KubeClient, socket_path: pathlib.Path
 ) -> None:
-    body = volume("pv-1", "vol-1")
-    body["metadata"]["finalizers"] = [FINALIZER]
-    cluster.create("persistentvolumes", body)
-    cluster.delete("persistentvolumes", None, "pv-1")
-    caches = Caches()
-    caches.volumes.store(cluster.get("persistentvolumes", None, "pv-1") or {})
+    caches = _deleted_volume(cluster, FINALIZER)
     cluster.faults.add(503, verb="patch", resource="persistentvolumes")
     async with CSIClient(str(socket_path)) as client:
         attacher = Attacher(
@@ -160,14 +146,7 @@ def _driver() -> DriverInfo:
 async def test_a_volume_gone_after_a_stale_read_leaves_the_cache_too(
     cluster: EmulatedCluster, api: kube.KubeClient, socket_path: pathlib.Path
 ) -> None:
-    body = volume("pv-1", "vol-1")
-    body["metadata"]["finalizers"] = [PROVISIONER_FINALIZER, FINALIZER]
-    cluster.create("persistentvolumes", body)
-    cluster.delete("persistentvolumes", None, "pv-1")
-    stale = cluster.get("persistentvolumes", None, "pv-1")
-    assert stale is not None
-    caches = Caches()
-    caches.volumes.store(stale)
+    caches = _deleted_volume(cluster, PROVISIONER_FINALIZER, FINALIZER)
     async with CSIClient(str(socket_path)) as client:
         attacher = Attacher(
             csi_client=client, api=api, caches=caches, driver=_driver(), options=FAST_ATTACHER

@@ -9,7 +9,7 @@ We test these aspects:
 - which source wins: flag over variable, `KOPF_CSI_` over an alias, own over shared;
 - every bad value is a SettingsError naming the flag or variable and the value, and so is
   every value a group refuses (with what was given), and an unknown `KOPF_CSI_` variable;
-- `Settings.from_env()` is the same parser without flags;
+- `flags.from_env()` is the same parser without flags;
 - `describe()` shows each value as a flag, with its source.
 """
 
@@ -315,10 +315,10 @@ def test_variables_of_run_options_and_tools_are_not_typos() -> None:
 
 def test_from_env_is_the_same_parser() -> None:
     env = {"KOPF_CSI_KUBE_API_QPS": "20", "CSI_ADDRESS": "/csi/csi.sock", "NODE_NAME": "n"}
-    assert Settings.from_env(env) == resolve(**env)
-    assert Settings.from_env(env).kube.qps == 20.0
+    assert flags.from_env(env) == resolve(**env)
+    assert flags.from_env(env).kube.qps == 20.0
     with pytest.raises(SettingsError, match=r"^KOPF_CSI_RECONCILE_SYNC='often' is not a dur"):
-        Settings.from_env({"KOPF_CSI_RECONCILE_SYNC": "often"})
+        flags.from_env({"KOPF_CSI_RECONCILE_SYNC": "often"})
 
 
 def test_describe_shows_values_as_flags_with_sources() -> None:

@@ -17,7 +17,6 @@ We test these aspects:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import pathlib
@@ -30,7 +29,8 @@ import structlog
 
 from kopf_csi.csi import STRIPPED, Code, CSIClient, CSIError, CSITimeoutError, DriverNotReadyError
 from kopf_csi.csi import messages as csi
-from kopf_csi.driver import Driver, DriverConfig, FaultRule, Limits, SecretsPolicy
+from kopf_csi.driver import Driver, FaultRule, Limits, SecretsPolicy
+from tests.conftest import Start
 
 MiB = 1024**2
 NODE = "node-1"
@@ -39,28 +39,11 @@ TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
 SECRET = "hunter2-very-secret"
 WRONG = "swordfish-also-secret"
 
-Start = Callable[..., Awaitable[Driver]]
 Calls = list[tuple[str, Code]]
 Call = Callable[[CSIClient, str], Awaitable[Any]]
 
 
 # -- fixtures, request builders, assertions -------------------------------------------------------
-
-
-@pytest.fixture
-async def start(driver_config: DriverConfig, socket_path: pathlib.Path) -> AsyncIterator[Start]:
-    """`await start(limits=Limits(...))`: the shared driver config with overrides, started."""
-    drivers: list[Driver] = []
-
-    async def start(**overrides: Any) -> Driver:
-        driver = Driver(dataclasses.replace(driver_config, **overrides), socket_path=socket_path)
-        await driver.start()
-        drivers.append(driver)
-        return driver
-
-    yield start
-    for driver in drivers:
-        await driver.stop(grace=0.1)
 
 
 @pytest.fixture

@@ -1,16 +1,15 @@
 """Fixtures for the reference driver: a running driver on a real unix socket, and its stubs.
 
-`start` starts a driver with any config overrides (`await start(features=Features(...))`);
+`start` (tests/conftest.py) starts a driver from `driver_config` with any overrides
+(`await start(features=Features(...))`);
 `driver` is one with attach on; `controller`, `groups`, `node`, `identity` are generated grpclib
 stubs on one channel to the most recently started driver.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from driver_helpers import NODE, Start
@@ -21,17 +20,12 @@ from kopf_csi.driver import Driver, DriverConfig, Features
 
 
 @pytest.fixture
-def socket_path(tmp_path: pathlib.Path) -> pathlib.Path:
-    return tmp_path / "csi.sock"
-
-
-@pytest.fixture
 def data_dir(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path / "data"
 
 
 @pytest.fixture
-def config(data_dir: pathlib.Path) -> DriverConfig:
+def driver_config(data_dir: pathlib.Path) -> DriverConfig:
     return DriverConfig(
         node_id=NODE,
         data_dir=data_dir,
@@ -39,21 +33,6 @@ def config(data_dir: pathlib.Path) -> DriverConfig:
         features=Features(attach=True),
         durable=False,  # fsync costs real milliseconds and proves nothing here
     )
-
-
-@pytest.fixture
-async def start(config: DriverConfig, socket_path: pathlib.Path) -> AsyncIterator[Start]:
-    drivers: list[Driver] = []
-
-    async def start(**overrides: Any) -> Driver:
-        driver = Driver(dataclasses.replace(config, **overrides), socket_path=socket_path)
-        await driver.start()
-        drivers.append(driver)
-        return driver
-
-    yield start
-    for driver in drivers:
-        await driver.stop(grace=0.1)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,11 +11,9 @@ from grpclib.exceptions import GRPCError
 
 from kopf_csi.csi._generated.csi import v1 as csi
 from kopf_csi.csi.codes import Code
-from kopf_csi.driver import Driver
+from tests.conftest import Start as Start  # the `start` fixture's type, for the tests here
 
 NODE = "node-1"
-Start = Callable[..., Awaitable[Driver]]
-"""The `start` fixture: `await start(**config_overrides)` → a running driver."""
 Mode = csi.VolumeCapabilityAccessModeMode
 
 

@@ -38,12 +38,12 @@ def _outcomes(calls: CallLog) -> list[tuple[str, str]]:
 
 
 async def test_every_effect_is_recorded_once(
-    config: DriverConfig, socket_path: pathlib.Path, controller: csi.ControllerStub
+    driver_config: DriverConfig, socket_path: pathlib.Path, controller: csi.ControllerStub
 ) -> None:
     calls = CallLog(path=socket_path.parent / "calls.jsonl")
     seen: list[CallRecord] = []
     calls.subscribe(seen.append)
-    driver = Driver(config, socket_path=socket_path, calls=calls)
+    driver = Driver(driver_config, socket_path=socket_path, calls=calls)
     await driver.start()
     try:
         volume = await create(controller, "pvc-a")

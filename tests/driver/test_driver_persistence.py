@@ -91,7 +91,7 @@ async def test_everything_survives_a_restart(
 
 
 async def test_a_new_driver_on_the_same_data_dir(
-    start: Start, config: DriverConfig, controller: csi.ControllerStub
+    start: Start, driver_config: DriverConfig, controller: csi.ControllerStub
 ) -> None:
     first = await start()
     volume = await create(controller)

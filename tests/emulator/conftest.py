@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 import pytest
+import yaml
 from kubernetes_asyncio import client, config
 
 from kopf_csi.testing.emulator import EmulatedCluster
@@ -107,3 +108,16 @@ def run_kopf(cluster: EmulatedCluster) -> RunKopf:
         assert not errors, errors
 
     return run
+
+
+@pytest.fixture(scope="session")
+def crds() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each CRD of manifests/crds with its one served version (the emulator's snapshot kinds
+    are held to them)."""
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[2] / "manifests" / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                (version,) = doc["spec"]["versions"]
+                found.append((doc, version))
+    return found

@@ -2,7 +2,8 @@
 
 We test these aspects: server-owned metadata (uid, creationTimestamp, resourceVersion,
 generation bumped by spec changes only); 409 on a stale resourceVersion (PUT and merge patch)
-and on a duplicate create; 422 on a failed JSON-patch ``test``; 404 with a Status body;
+and on a duplicate create; the same bare 422 for every JSON patch that cannot be applied
+(a failed ``test`` included), byte for byte as the real server; 404 with a Status body;
 generateName; the spec/status split; finalizers and deletionTimestamp; no-op writes; the
 strategic-merge patch kubernetes-asyncio sends by default; PUT replaces (what leases need);
 ``metadata.managedFields``: one entry per manager and subresource, the manager taken from
@@ -20,6 +21,7 @@ import json
 import time
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -103,28 +105,83 @@ async def test_duplicate_create_is_409_and_missing_is_404(core: client.CoreV1Api
     assert status["message"] == 'persistentvolumeclaims "missing" not found'
 
 
-async def test_failed_json_patch_test_is_422(core: client.CoreV1Api) -> None:
+# Byte for byte what kube-apiserver v1.36.2 answers for every JSON patch it cannot apply
+# (../shared/reference/real-server-bodies/errors.json): no causes, nothing names the failure.
+REJECTED_BODY = (
+    b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+    b'"message":"the server rejected our request due to an error in our request",'
+    b'"reason":"Invalid","details":{},"code":422}'
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "failing"),
+    [
+        ("/api/v1/persistentvolumes/pv", {"op": "test", "path": "/metadata/resourceVersion"}),
+        ("/api/v1/persistentvolumes/pv", {"op": "test", "path": "/metadata/finalizers/0"}),
+        ("/api/v1/persistentvolumes/pv", {"op": "remove", "path": "/metadata/finalizers/5"}),
+        ("/api/v1/namespaces/default/configmaps/cm", {"op": "remove", "path": "/data/gone"}),
+        (
+            "/apis/snapshot.storage.k8s.io/v1/volumesnapshotclasses/vsc",
+            {"op": "test", "path": "/metadata/resourceVersion"},
+        ),
+        ("/api/v1/persistentvolumes/pv", {"op": "frobnicate", "path": "/metadata"}),
+    ],
+)
+async def test_every_failed_json_patch_is_the_same_bare_422(
+    cluster: EmulatedCluster, path: str, failing: dict[str, Any]
+) -> None:
+    cluster.create("persistentvolumes", {"metadata": {"name": "pv", "finalizers": ["a/b"]}})
+    cluster.create("configmaps", {"metadata": {"name": "cm"}, "data": {}}, namespace="default")
+    cluster.create("volumesnapshotclasses", {"metadata": {"name": "vsc"}, "driver": "d"})
+    before = cluster.resource_version
+    patch = [{**failing, "value": "not-what-is-there"}, {"op": "add", "path": "/x", "value": 1}]
+    headers = {"Content-Type": "application/json-patch+json"}
+    url = cluster.url + path
+    async with (
+        aiohttp.ClientSession() as session,
+        session.patch(url, json=patch, headers=headers) as response,
+    ):
+        assert response.status == 422
+        assert await response.read() == REJECTED_BODY
+    assert cluster.resource_version == before  # nothing was written
+
+
+async def test_a_json_patch_that_applies_is_written(core: client.CoreV1Api) -> None:
     created = await core.create_namespaced_persistent_volume_claim("default", claim("a"))
     rv = created.metadata.resource_version
-    stale = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": str(int(rv) - 1)},
+    guarded = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
         {"op": "add", "path": "/metadata/finalizers", "value": ["x/y"]},
     ]
-    with pytest.raises(ApiException) as error:
-        await core.patch_namespaced_persistent_volume_claim("a", "default", stale)
-    assert error.value.status == 422
-    assert status_of(error.value) == {  # as kube-apiserver v1.36 answers it
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": "the server rejected our request due to an error in our request",
-        "reason": "Invalid",
-        "details": {"causes": [
-            {"message": "testing value /metadata/resourceVersion failed: test failed"}
-        ]},
-        "code": 422,
-    }  # fmt: skip
-    fresh = [{**stale[0], "value": rv}, stale[1]]
-    patched = await core.patch_namespaced_persistent_volume_claim("a", "default", fresh)
+    patched = await core.patch_namespaced_persistent_volume_claim("a", "default", guarded)
     assert patched.metadata.finalizers == ["x/y"]
+    with pytest.raises(ApiException) as error:  # the same patch again: the version moved on
+        await core.patch_namespaced_persistent_volume_claim("a", "default", guarded)
+    assert error.value.status == 422
+    assert error.value.body.encode() == REJECTED_BODY
+
+
+async def test_a_merge_patch_with_a_stale_version_is_the_real_409(
+    cluster: EmulatedCluster,
+) -> None:
+    pv = cluster.create("persistentvolumes", {"metadata": {"name": "bodies-pv"}})
+    cluster.patch("persistentvolumes", None, "bodies-pv", {"metadata": {"labels": {"a": "b"}}})
+    patch = {"metadata": {"resourceVersion": pv["metadata"]["resourceVersion"], "labels": None}}
+    headers = {"Content-Type": "application/merge-patch+json"}
+    url = cluster.url + "/api/v1/persistentvolumes/bodies-pv"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.patch(url, json=patch, headers=headers) as response,
+    ):
+        assert response.status == 409
+        assert await response.read() == (
+            b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+            b'"message":"Operation cannot be fulfilled on persistentvolumes \\"bodies-pv\\": '
+            b"the object has been modified; please apply your changes to the latest version "
+            b'and try again","reason":"Conflict",'
+            b'"details":{"name":"bodies-pv","kind":"persistentvolumes"},"code":409}'
+        )
 
 
 async def test_generate_name(core: client.CoreV1Api) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from kopf_csi import flags
 from kopf_csi.driver import Driver, DriverConfig, Limits
 from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.provisioning.ownership import (
@@ -96,8 +97,8 @@ def test_the_claim_patch_is_guarded_by_the_resource_version() -> None:
 
 def test_node_deployment_needs_a_node_name() -> None:
     with pytest.raises(SettingsError, match="NODE_NAME"):
-        Settings.from_env({"NODE_DEPLOYMENT": "true"})
-    settings = Settings.from_env({"NODE_DEPLOYMENT": "true", "NODE_NAME": "node-1"})
+        flags.from_env({"NODE_DEPLOYMENT": "true"})
+    settings = flags.from_env({"NODE_DEPLOYMENT": "true", "NODE_NAME": "node-1"})
     assert settings.provisioner.node_deployment
     assert settings.provisioner.node_name == "node-1"
 

@@ -265,13 +265,13 @@ def test_clone_with_matching_block_modes() -> None:
 
 def test_source_claim_unavailable() -> None:
     error = sources.source_claim_unavailable(
-        CLONE_REF, claim=CLAIM, error='persistentvolumeclaims "src" not found'
+        CLONE_REF, claim=CLAIM, error=sources.claim_not_found("src")
     )
     assert (
         str(error)
         == PREFIX_CLONE
-        + 'error getting PVC src (namespace "default") from api server: persistentvolumeclaims '
-        '"src" not found'
+        + 'error getting PVC src (namespace "default") from api server: persistentvolumeclaim '
+        '"src" not found'  # the lister's text, singular: Go reads claims from its informer
     )
     assert error.state is ProvisioningState.NO_CHANGE
 

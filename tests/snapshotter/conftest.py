@@ -8,7 +8,8 @@ reference driver over its unix socket. Here:
 - fast settings: a 1 s CSI timeout and retries from 0.05 s up to 0.5 s (Go: 1m, 1s .. 5min);
   `snapshotter_options` and `driver_options` take an indirect parameter to change them;
 - the driver spies `calls` and `secrets_seen` come from `kopf_csi.testing.spies`;
-- helpers to make classes, claims, snapshots and secrets, and to read contents.
+- helpers to make classes, claims, snapshots and secrets, to cut a snapshot on the driver
+  directly (`driver_snapshot`), and to read contents.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 
 from kopf_csi import names
+from kopf_csi.csi import CSIClient
+from kopf_csi.csi import messages as csi
 from kopf_csi.driver import DriverConfig
 from kopf_csi.settings import CSISettings, ProvisionerOptions, Settings, SnapshotterOptions
 from kopf_csi.testing.emulator import Body, EmulatedCluster
@@ -35,6 +38,7 @@ __all__ = [
     "NAMESPACE",
     "content",
     "content_name",
+    "driver_snapshot",
     "make_claim",
     "make_class",
     "make_secret",
@@ -181,3 +185,13 @@ async def ready_content(cluster: EmulatedCluster, snap: Body, *, timeout: float 
 
     found: Body = await until(ready, timeout=timeout)
     return found
+
+
+async def driver_snapshot(socket_path: pathlib.Path, volume: str, name: str) -> str:
+    """A snapshot cut on the driver directly (as for a pre-provisioned content): its id."""
+    async with CSIClient(str(socket_path)) as client:
+        answer = await client.create_snapshot(
+            csi.CreateSnapshotRequest(name=name, source_volume_id=volume)
+        )
+    assert answer.snapshot is not None
+    return answer.snapshot.snapshot_id

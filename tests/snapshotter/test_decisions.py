@@ -5,6 +5,8 @@ We test these aspects:
 - `is_driver_match`: a source, our driver, no class of another driver;
 - `should_enqueue_change` ignores status, finalizers, resourceVersion, our own annotation;
 - `updated_status` fills only empty fields, follows readyToUse, drops an error once ready;
+- a group member (the snapshot-controller's annotation) is never created, only checked once
+  its status names its snapshot, and only released when deleted;
 - `error_status_patch` is None for the same message; `release_patch` drops only our finalizer;
 - `driver_parameters` and `secret_reference` with Go's error texts; `is_final`'s table;
 - `SnapshotterOptions` refuses nonsense.
@@ -25,6 +27,8 @@ from kopf_csi.snapshotting.options import SnapshotterOptions
 
 CREATING = {names.ANN_SNAPSHOT_BEING_CREATED: "yes"}
 DELETING = {names.ANN_SNAPSHOT_BEING_DELETED: "yes"}
+MEMBER = {names.ANN_GROUP_SNAPSHOT_HANDLE: "g"}
+IN_GROUP = {"volumeGroupSnapshotHandle": "g"}
 
 
 def vsc(
@@ -87,6 +91,15 @@ READY = {"snapshotHandle": "h", "readyToUse": True}
             Action.DELETE_SNAPSHOT,
             id="unbound-pre-provisioned-deleted",
         ),
+        pytest.param(vsc(annotations=MEMBER), Action.CHECK, id="member-without-status"),
+        pytest.param(
+            vsc(annotations=MEMBER, status={**READY, **IN_GROUP}), Action.READY, id="member-ready"
+        ),
+        pytest.param(
+            vsc(annotations={**MEMBER, **DELETING}, status={**READY, **IN_GROUP}, deleted=True),
+            Action.RELEASE,
+            id="member-deleted",
+        ),
     ],
 )
 def test_next_action(content: dict[str, Any], action: Action) -> None:
@@ -131,6 +144,22 @@ def test_updated_status() -> None:
     still = decisions.updated_status(old, handle="h", ready=False, created_ns=5, size=0)
     assert still is not None
     assert still["error"] == error
+    grouped = decisions.updated_status(None, handle="h", ready=True, created_ns=5, size=0,
+                                       group_handle="g")  # fmt: skip
+    assert grouped == {"snapshotHandle": "h", "readyToUse": True, "creationTime": 5, **IN_GROUP}
+    current = {**READY, **IN_GROUP, "creationTime": 1}
+    kept = decisions.updated_status(
+        current, handle="h", ready=True, created_ns=5, size=0, group_handle="other"
+    )
+    assert kept is None  # only an empty group handle is filled in
+
+
+def test_group_members() -> None:
+    assert decisions.is_group_member(vsc(annotations=MEMBER))
+    assert not decisions.is_group_member(vsc(status=IN_GROUP))
+    assert decisions.member_status_handle(vsc(status={**READY, **IN_GROUP})) == "h"
+    assert decisions.member_status_handle(vsc(status=READY)) is None
+    assert decisions.member_status_handle(vsc(status=IN_GROUP)) is None
 
 
 def test_error_status_and_release_patches() -> None:
@@ -140,11 +169,7 @@ def test_error_status_and_release_patches() -> None:
         "status": {"readyToUse": False, "error": {"time": "now", "message": "m"}}
     }
     content["metadata"]["finalizers"] = ["a", names.FINALIZER_SNAPSHOT_CONTENT_BOUND]
-    patch = decisions.release_patch(content)
-    assert patch == [
-        {"op": "test", "path": "/metadata/finalizers", "value": content["metadata"]["finalizers"]},
-        {"op": "replace", "path": "/metadata/finalizers", "value": ["a"]},
-    ]
+    assert decisions.release_patch(content) == {"metadata": {"finalizers": ["a"]}}
     assert decisions.release_patch(vsc()) is None
 
 

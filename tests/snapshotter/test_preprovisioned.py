@@ -19,8 +19,6 @@ from typing import Any
 import pytest
 
 from kopf_csi import names
-from kopf_csi.csi import CSIClient
-from kopf_csi.csi import messages as csi
 from kopf_csi.driver import Driver, Features
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
@@ -32,21 +30,13 @@ from ..provisioner.conftest import assert_stays, wait_for_gone
 from .conftest import (
     NAMESPACE,
     content,
+    driver_snapshot,
     make_class,
     make_secret,
     make_snapshot,
     source_claim,
     until,
 )
-
-
-async def _driver_snapshot(socket_path: pathlib.Path, volume_id: str, name: str) -> str:
-    async with CSIClient(str(socket_path)) as client:
-        answer = await client.create_snapshot(
-            csi.CreateSnapshotRequest(name=name, source_volume_id=volume_id)
-        )
-    assert answer.snapshot is not None
-    return answer.snapshot.snapshot_id
 
 
 def _imported(name: str, handle: str, driver: str, **spec: Any) -> dict[str, Any]:
@@ -88,7 +78,7 @@ async def test_a_pre_provisioned_content_is_checked_and_deleted(
     kcm: object,
 ) -> None:
     pv = await source_claim(cluster, operator)
-    handle = await _driver_snapshot(socket_path, pv["spec"]["csi"]["volumeHandle"], "imported")
+    handle = await driver_snapshot(socket_path, pv["spec"]["csi"]["volumeHandle"], "imported")
     make_secret(cluster, "imported-list", {"list": "yes"})
     make_class(
         cluster,
@@ -145,7 +135,7 @@ async def test_a_restart_during_create_snapshot_leaks_nothing(
     # What the interrupted call did on the driver: it cut the snapshot after all.
     driver.faults.clear()
     uid = snap["metadata"]["uid"]
-    handle = await _driver_snapshot(
+    handle = await driver_snapshot(
         socket_path, pv["spec"]["csi"]["volumeHandle"], f"snapshot-{uid}"
     )
     cluster.delete("volumesnapshots", NAMESPACE, "snap")

@@ -134,7 +134,7 @@ async def test_a_lost_race_on_the_release_neither_warns_nor_deletes_twice(
     make_class(cluster)
     snap = make_snapshot(cluster)
     name = (await ready_content(cluster, snap))["metadata"]["name"]
-    # The finalizer patch after DeleteSnapshot meets the real server's 422 (failed `test`).
+    # Someone writes the content just before our finalizer patch after DeleteSnapshot.
     cluster.faults.lose_race("volumesnapshotcontents", name)
 
     cluster.delete("volumesnapshots", NAMESPACE, "snap")

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 Body = Mapping[str, Any]
-JsonPatch = list[dict[str, Any]]
+MergePatch = dict[str, Any]
 _UNSAFE = re.compile(r"[^a-zA-Z0-9-]")
 
 
@@ -212,45 +212,38 @@ def node_id(*, driver: str, node_name: str, csinode: Body | None, va: Body | Non
 # -- patches -----------------------------------------------------------------------------------
 
 
-def add_finalizer_patch(obj: Body, finalizer: str) -> JsonPatch | None:
-    """A JSON patch appending the finalizer, guarded by the list we read; None if it is there.
+def add_finalizer_patch(obj: Body, finalizer: str) -> MergePatch | None:
+    """A merge patch appending the finalizer to the list read; None if it is there.
 
-    A stale read then fails (422) instead of writing over another controller's change
-    (external-provisioner #1217). Without a list, the resourceVersion is the guard.
+    It replaces the whole list, so it is sent guarded by the resourceVersion read
+    (`kube.guarded_patch`): a stale read then fails (409) instead of writing over another
+    controller's change to the list (external-provisioner #1217).
     """
-    meta = _meta(obj)
-    current = list(meta.get("finalizers") or ())
+    current = list(_meta(obj).get("finalizers") or ())
     if finalizer in current:
         return None
-    if not current:
-        return [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
-        ]
-    return [
-        {"op": "test", "path": "/metadata/finalizers", "value": current},
-        {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
-    ]
+    return {"metadata": {"finalizers": [*current, finalizer]}}
 
 
-def remove_finalizer_patch(obj: Body, finalizer: str) -> JsonPatch | None:
-    """A JSON patch removing the finalizer at its index, tested first; None if it is not there.
+def remove_finalizer_patch(obj: Body, finalizer: str) -> MergePatch | None:
+    """A merge patch of the list read without the finalizer; None if it is not there.
 
-    external-attacher v4.13's `removeFinalizerPatch`: a stale read fails the `test` (422)
-    instead of re-adding finalizers other controllers removed meanwhile (#1217).
+    external-attacher v4.13's `removeFinalizerPatch` guards the list with a JSON-patch `test`
+    of the item; a failed `test` is a 422 that a real server cannot tell from a bad patch, so
+    this is sent guarded by the whole object's resourceVersion (`kube.guarded_patch`): a stale
+    read fails (409) instead of re-adding finalizers other controllers removed (#1217).
     """
     current = list(_meta(obj).get("finalizers") or ())
     if finalizer not in current:
         return None
-    path = f"/metadata/finalizers/{current.index(finalizer)}"
-    return [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
+    return {"metadata": {"finalizers": [f for f in current if f != finalizer]}}
 
 
-def va_metadata_patch(va: Body, *, finalizer: str, node_id: str) -> dict[str, Any] | None:
+def va_metadata_patch(va: Body, *, finalizer: str, node_id: str) -> MergePatch | None:
     """The merge patch written before ControllerPublish: finalizer and node-ID annotation.
 
-    None when both are there. The resourceVersion guards the finalizer list against a stale
-    read, as the JSON patches do on PVs.
+    None when both are there. Sent guarded by the resourceVersion read, as on PVs: it
+    replaces the finalizer list.
     """
     meta = _meta(va)
     finalizers = list(meta.get("finalizers") or ())
@@ -262,7 +255,7 @@ def va_metadata_patch(va: Body, *, finalizer: str, node_id: str) -> dict[str, An
         patch["annotations"] = {names.ANN_VA_NODE_ID: node_id}
     if not patch:
         return None
-    return {"metadata": {**patch, "resourceVersion": meta["resourceVersion"]}}
+    return {"metadata": patch}
 
 
 def attached_status(publish_context: Mapping[str, str] | None) -> dict[str, Any]:

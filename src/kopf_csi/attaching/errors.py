@@ -8,7 +8,8 @@ retried with the per-VA backoff). `is_final` keeps the table for the logs.
 
 from __future__ import annotations
 
-from kopf_csi.csi import Code, CSIError, go_text
+from kopf_csi.csi.codes import Code
+from kopf_csi.csi.errors import CSIError, go_text
 
 __all__ = ["AttachError", "error_code", "error_text", "is_final"]
 

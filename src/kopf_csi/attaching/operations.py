@@ -177,13 +177,19 @@ class Attacher:
 
     async def _prepare(self, va: Body, node_id: str) -> Body:
         """The finalizer and the node-ID annotation, saved before ControllerPublish."""
-        patch = decisions.va_metadata_patch(va, finalizer=self.finalizer, node_id=node_id)
-        if patch is None:
-            return va
         try:
-            updated = await self.api.patch(kube.VOLUME_ATTACHMENTS, va["metadata"]["name"], patch)
+            updated = await self._patch_guarded(
+                kube.VOLUME_ATTACHMENTS,
+                self.caches.attachments,
+                va,
+                lambda body: decisions.va_metadata_patch(
+                    body, finalizer=self.finalizer, node_id=node_id
+                ),
+            )
         except kube.KubeError as exc:
             raise AttachError(names.MESSAGE_VA_SAVE_FAILED.format(error=exc.message)) from exc
+        if updated is None:  # nothing to write, as read (a fresh copy is in the cache)
+            return self.caches.attachments.get(va["metadata"]["name"]) or va
         self.caches.attachments.store(updated)
         return updated
 
@@ -291,6 +297,10 @@ class Attacher:
             updated = await self._remove_volume_finalizer(pv)
         except kube.NotFoundError:
             return DONE
+        except kube.StaleWriteError as exc:
+            # Every fresh read lost its race too: the PV is busy; the queue tries again soon.
+            log.debug("volume_finalizer_raced", obj=pv, error=str(exc))
+            return RETRY
         except kube.KubeError as exc:
             log.warning("volume_finalizer_not_removed", obj=pv, error=str(exc))
             return RETRY
@@ -304,7 +314,7 @@ class Attacher:
         return DONE
 
     async def _remove_volume_finalizer(self, pv: Body) -> Body | None:
-        def plan(body: Body) -> decisions.JsonPatch | None:
+        def plan(body: Body) -> decisions.MergePatch | None:
             releasable = decisions.should_release_volume(
                 body, finalizer=self.finalizer, attachments=self.caches.attachments
             )
@@ -313,9 +323,9 @@ class Attacher:
         return await self._patch_volume(pv, plan)
 
     async def _patch_volume(
-        self, pv: Body, plan: Callable[[Body], decisions.JsonPatch | None]
+        self, pv: Body, plan: Callable[[Body], decisions.MergePatch | None]
     ) -> Body | None:
-        """The guarded JSON patch `plan` makes of the PV (None: nothing to do), and the answer.
+        """The guarded merge patch `plan` makes of the PV (None: nothing to do), and the answer.
 
         NotFoundError when the PV is gone (see `_patch_guarded`).
         """
@@ -326,15 +336,16 @@ class Attacher:
         resource: kube.Resource,
         cache: Any,
         obj: Body,
-        plan: Callable[[Body], decisions.JsonPatch | None],
+        plan: Callable[[Body], decisions.MergePatch | None],
     ) -> Body | None:
-        """Send the guarded JSON patch `plan` makes of `obj`; re-plan on a lost race.
+        """Send the guarded merge patch `plan` makes of `obj`; re-plan on a lost race.
 
-        On a stale read (409/422: the finalizers changed since our read, by the provisioner
-        (#1217), by a VA of the same PV on another node, by the pv-protection controller), it
-        is planned and sent again against a fresh copy, at once and quietly, instead of
-        failing the attempt for a lost race. None when the plan needs nothing; NotFoundError
-        when the object is gone; the last StaleWriteError if every attempt lost.
+        On a stale read (409: the object changed since our read, by the provisioner (#1217),
+        by a VA of the same PV on another node, by the pv-protection controller, by the PV
+        controller's status), it is planned and sent again against a fresh copy, at once and
+        quietly, instead of failing the attempt for a lost race. None when the plan needs
+        nothing; NotFoundError when the object is gone; the last StaleWriteError if every
+        attempt lost.
         """
         name = obj["metadata"]["name"]
 
@@ -342,7 +353,7 @@ class Attacher:
             patch = plan(current)
             if patch is None:
                 return None
-            return await self.api.patch(resource, name, patch, patch_type="json")
+            return await self.api.patch(resource, name, kube.guarded_patch(current, patch))
 
         async def read() -> Body | None:
             log.debug("stale_read", obj=obj)

@@ -50,6 +50,7 @@ from typing import Any
 from kopf_csi import heap, logs, names
 from kopf_csi.bench import procfs, report
 from kopf_csi.bench.cluster import MeasuredCluster, Timeline
+from kopf_csi.bench.looplag import LagProbe
 from kopf_csi.bench.process import OperatorProcess, OperatorProcessError
 from kopf_csi.bench.progress import Progress
 from kopf_csi.csi import CSIClient
@@ -57,7 +58,6 @@ from kopf_csi.csi import messages as csi
 from kopf_csi.driver import DriverConfig, Features, running_driver
 from kopf_csi.driver.calllog import CallLog, CallRecord
 from kopf_csi.driver.config import DEFAULT_NAME, DEFAULT_TOPOLOGY_KEY, Limits
-from kopf_csi.looplag import LagProbe
 from kopf_csi.testing.kcm import PV_CONTROLLER, ControllerManager
 from kopf_csi.testing.latency import REAL_SERVER, LatencyModel
 

@@ -2,7 +2,7 @@
 
 `Waits.install` runs on the operator's event loop once it is ready, and measures:
 
-- the event loop's lag (`kopf_csi.looplag.LagProbe`, every 10 ms);
+- the event loop's lag (`kopf_csi.bench.looplag.LagProbe`, every 10 ms);
 - the shared API client's connection pool, through aiohttp's request tracing: waits for a free
   connection (the pool's limit), new connections (TCP and the TLS handshake), and all the time
   spent in requests;
@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from kopf_csi import names
-from kopf_csi.looplag import LagProbe
+from kopf_csi.bench.looplag import LagProbe
 
 __all__ = ["Waits"]
 

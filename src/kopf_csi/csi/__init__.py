@@ -2,14 +2,15 @@
 
 - `client.CSIClient`: the async client the operator uses, one per driver socket.
 - `errors`: `CSIError` and its two subclasses, the only exceptions a CSI call raises.
-- `codes.Code`: gRPC status codes, our own enum.
+- `codes.Code`: gRPC status codes, our own enum; `driverinfo.DriverInfo`: a driver's capabilities.
 - `messages`: the generated CSI v1 messages (secrets stripped from their reprs).
 - `serving`: what the reference driver needs to serve these messages over a unix socket.
 """
 
 from kopf_csi.csi import messages
-from kopf_csi.csi.client import CallObserver, CSIClient, DriverInfo, parse_address
+from kopf_csi.csi.client import CallObserver, CSIClient, parse_address
 from kopf_csi.csi.codes import Code
+from kopf_csi.csi.driverinfo import DriverInfo
 from kopf_csi.csi.errors import CSIError, CSITimeoutError, DriverNotReadyError, go_text
 from kopf_csi.csi.redaction import STRIPPED, redact
 

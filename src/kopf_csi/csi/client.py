@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -25,6 +24,7 @@ from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from kopf_csi.csi import messages as csi
 from kopf_csi.csi.codes import Code
+from kopf_csi.csi.driverinfo import DriverInfo
 from kopf_csi.csi.errors import CSIError, CSITimeoutError, DriverNotReadyError
 from kopf_csi.csi.redaction import redact, scrub, secret_values
 
@@ -38,33 +38,6 @@ CallObserver = Callable[[str, Code, float], None]
 
 # Failures below gRPC: the socket is missing, refused, or the connection died mid-call.
 CONNECTION_ERRORS = (ConnectionError, FileNotFoundError, StreamTerminatedError, ProtocolError)
-
-
-@dataclasses.dataclass(frozen=True)
-class DriverInfo:
-    """What the driver says about itself; read once, cached (as the Go sidecars do)."""
-
-    name: str
-    vendor_version: str
-    manifest: dict[str, str]
-    plugin_capabilities: frozenset[str]
-    """PluginCapability.Service types: CONTROLLER_SERVICE, VOLUME_ACCESSIBILITY_CONSTRAINTS, ..."""
-    volume_expansion: frozenset[str]
-    """PluginCapability.VolumeExpansion types: ONLINE and/or OFFLINE."""
-    controller_capabilities: frozenset[str]
-    """ControllerServiceCapability.RPC types: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME, ..."""
-    group_controller_capabilities: frozenset[str] = frozenset()
-    """GroupControllerServiceCapability.RPC types (CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT);
-    asked only of a driver with GROUP_CONTROLLER_SERVICE."""
-
-    def has_controller(self, capability: str) -> bool:
-        return capability in self.controller_capabilities
-
-    def has_group_controller(self, capability: str) -> bool:
-        return capability in self.group_controller_capabilities
-
-    def has_plugin(self, capability: str) -> bool:
-        return capability in self.plugin_capabilities
 
 
 def parse_address(address: str) -> str:

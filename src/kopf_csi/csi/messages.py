@@ -19,7 +19,10 @@ from kopf_csi.csi._generated.csi.v1 import __all__ as _generated_all
 from kopf_csi.csi._generated.google import protobuf as _wkt
 from kopf_csi.csi.redaction import install_redacted_reprs
 
-__all__ = list(_generated_all)
+__all__ = [*_generated_all, "which_one_of"]
+
+which_one_of = betterproto2.which_one_of
+"""`(field, value)` of the member of a oneof group that is set (`("", None)`: none is)."""
 
 install_redacted_reprs(getattr(_v1, name) for name in _generated_all)
 

@@ -7,7 +7,7 @@ operations and the pure modules they use; this module only translates.
 
 from __future__ import annotations
 
-from kopf_csi.csi._generated.csi import v1 as csi
+from kopf_csi.csi import messages as csi
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import capabilities, paging, snapshots, topology, volumes
 from kopf_csi.driver.backend import Backend

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 
-from kopf_csi.csi._generated.csi import v1 as csi
+from kopf_csi.csi import messages as csi
 from kopf_csi.driver import capabilities, groups
 from kopf_csi.driver.backend import Backend
 from kopf_csi.driver.messages import rpc_capabilities, snapshot_message

@@ -6,7 +6,7 @@ file), so that a CO's start-up wait can be tested; it is True otherwise.
 
 from __future__ import annotations
 
-from kopf_csi.csi._generated.csi import v1 as csi
+from kopf_csi.csi import messages as csi
 from kopf_csi.driver import capabilities
 from kopf_csi.driver.backend import Backend
 

@@ -12,9 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import betterproto2
-
-from kopf_csi.csi._generated.csi import v1 as csi
+from kopf_csi.csi import messages as csi
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver.errors import DriverError
 from kopf_csi.driver.records import Capability, Snapshot, Source, Volume
@@ -58,7 +56,7 @@ def capability_of(message: csi.VolumeCapability | None, *, field: str) -> Capabi
         raise DriverError(Code.INVALID_ARGUMENT, f"{field} is required")
     if message.access_mode is None:
         raise DriverError(Code.INVALID_ARGUMENT, f"{field}.access_mode is required")
-    kind, _ = betterproto2.which_one_of(message, "access_type")
+    kind, _ = csi.which_one_of(message, "access_type")
     if not kind:
         raise DriverError(Code.INVALID_ARGUMENT, f"{field}.access_type is required")
     mount = message.mount
@@ -97,7 +95,7 @@ def requirements_of(
 def source_of(message: csi.VolumeContentSource | None) -> Source | None:
     if message is None:
         return None
-    kind, value = betterproto2.which_one_of(message, "type")
+    kind, value = csi.which_one_of(message, "type")
     if kind == "snapshot" and isinstance(value, csi.VolumeContentSourceSnapshotSource):
         return Source(kind="snapshot", id=require(value.snapshot_id, "snapshot_id"))
     if kind == "volume" and isinstance(value, csi.VolumeContentSourceVolumeSource):

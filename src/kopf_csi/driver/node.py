@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import pathlib
 
-from kopf_csi.csi._generated.csi import v1 as csi
+from kopf_csi.csi import messages as csi
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import attachments, capabilities
 from kopf_csi.driver.backend import Backend

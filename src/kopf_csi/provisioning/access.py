@@ -2,7 +2,7 @@
 
 Shared by the claim, source and volume operations: a secret's data as CreateVolume and
 DeleteVolume get it (with external-provisioner's error text), and finalizer changes guarded
-against a stale cache (a JSON-patch `test` of the resourceVersion).
+against a stale cache (a merge patch carrying the resourceVersion: 409 when stale).
 """
 
 from __future__ import annotations
@@ -52,46 +52,31 @@ async def read_secret_data(
     if ref is None:
         return {}
     try:
-        secret = await api.get(kube.SECRETS, ref.name, ref.namespace)
+        return kube.decode_secret_data(await api.read(kube.SECRETS, ref.name, ref.namespace))
     except kube.KubeError as exc:
-        secret, error = None, exc.message  # the API's own text, as client-go's err prints
-    else:
-        error = f'secrets "{ref.name}" not found'  # apimachinery's NotFound text
-    if secret is None:
-        # external-provisioner's getCredentials, verbatim.
-        message = f"error getting secret {ref.name} in namespace {ref.namespace}: {error}"
-        if required:
-            raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
-        log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)
-        return {}
-    try:
-        return kube.decode_secret_data(secret)
+        error = exc.message  # the API's own text, as client-go's err prints
     except ValueError as exc:
-        message = f"error getting secret {ref.name} in namespace {ref.namespace}: {exc}"
-        if required:
-            raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE) from None
-        log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=str(exc))
-        return {}
+        error = str(exc)
+    # external-provisioner's getCredentials, verbatim.
+    message = f"error getting secret {ref.name} in namespace {ref.namespace}: {error}"
+    if required:
+        raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
+    log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)
+    return {}
 
 
 async def replace_finalizers(
     api: kube.KubeClient, resource: kube.Resource, obj: Body, finalizers: list[str]
 ) -> Body:
-    """Replace an object's finalizers, guarded against a stale read (a JSON-patch `test`).
+    """Replace an object's finalizers, guarded by the resourceVersion read (`kube.guarded_patch`).
 
-    A stale cache (external-provisioner #1217: two sidecars patching one PV's finalizers)
-    then fails with 422/409 and is retried with a fresh read, instead of dropping the other
-    writer's finalizer.
+    A stale copy (external-provisioner #1217: two sidecars patching one PV's finalizers)
+    then fails with 409 (`kube.StaleWriteError`) and is retried with a fresh read, instead of
+    dropping the other writer's finalizer.
     """
     metadata = meta(obj)
-    patch = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
-        {"op": "replace" if "finalizers" in metadata else "add", "path": "/metadata/finalizers",
-         "value": finalizers},
-    ]  # fmt: skip
-    return await api.patch(
-        resource, metadata["name"], patch, metadata.get("namespace"), patch_type="json"
-    )
+    patch = kube.guarded_patch(obj, {"metadata": {"finalizers": finalizers}})
+    return await api.patch(resource, metadata["name"], patch, metadata.get("namespace"))
 
 
 async def remove_finalizer(
@@ -103,7 +88,7 @@ async def remove_finalizer(
     list item) needs no resourceVersion: it removes only this item, so it can neither lose a
     race nor drop another writer's finalizer. A guarded replace from the cache lost its race
     on every PV deletion in the benchmark, where the pv-protection controller and the DELETE
-    write the PV first (a 422, a GET and a second PATCH per volume; docs/benchmarks.md).
+    write the PV first (a lost race, a GET and a second PATCH per volume; docs/benchmarks.md).
     Built-in kinds only: a real API server refuses strategic merge for custom resources (415).
     """
     metadata = meta(obj)
@@ -127,7 +112,7 @@ async def update_finalizers(
     """Set the finalizers `change(obj)` asks for (None: leave them), re-reading on a lost race.
 
     The write is guarded by the resourceVersion of what `change` looked at. When someone else
-    wrote the object first (422/409: on a real server the PV controller and the
+    wrote the object first (409: on a real server the PV controller and the
     pv-protection controller write a PV within milliseconds of its deletion), the object is
     read again and `change` decides again, quietly: a lost race is not a failure. Returns the
     object as written (or as last read, if nothing needed changing), or None once it is gone.

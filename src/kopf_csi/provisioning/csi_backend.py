@@ -201,13 +201,10 @@ class CSIBackend:
     async def _volume_attributes_class(self, name: str) -> Body | None:
         if not name:
             return None
-        vac = await self.api.get(kube.VOLUME_ATTRIBUTES_CLASSES, name)
-        if vac is None:
-            raise ProvisioningError(
-                f"error getting VolumeAttributesClass {name}: not found",
-                state=ProvisioningState.NO_CHANGE,
-            )
-        return vac
+        try:
+            return await self.api.read(kube.VOLUME_ATTRIBUTES_CLASSES, name)
+        except kube.NotFoundError as exc:  # Go returns the Get's error as it is
+            raise ProvisioningError(exc.message, state=ProvisioningState.NO_CHANGE) from None
 
     async def delete(self, volume: Body) -> None:
         """DeleteVolume, unless a VolumeAttachment still uses the PV (upstream #438)."""

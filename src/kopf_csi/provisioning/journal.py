@@ -130,6 +130,10 @@ class Journal:
             self.records += 1
             self.waited += loop.time() - started
 
+    def holds(self, uid: str) -> bool:
+        """Whether the claim is recorded (or about to be) in a lane and not being dropped."""
+        return any(lane.holds(uid) for lane in self.lanes)
+
     def release(self, uid: str) -> None:
         """The outcome is known: drop the record with its lane's next flush (no waiting)."""
         lane = self._lane_of.pop(uid, None)
@@ -188,6 +192,10 @@ class _Lane:
     def busy(self) -> bool:
         """A flush is scheduled or in flight: a new record would wait for it."""
         return self._flusher is not None and not self._flusher.done()
+
+    def holds(self, uid: str) -> bool:
+        """Whether the claim is recorded (or about to be) and not being dropped (read-only)."""
+        return (uid in self._recorded or uid in self._adds) and uid not in self._removes
 
     async def record(self, uid: str, claim: Body) -> None:
         if uid in self._recorded and uid not in self._removes:

@@ -24,7 +24,6 @@ from kopf_csi.csi import CSIClient, CSIError, DriverInfo
 from kopf_csi.csi import messages as csi
 from kopf_csi.observing import ProvisioningObserver, claim_labels
 from kopf_csi.provisioning import capacity, decisions, naming, ownership, requests, topology
-from kopf_csi.provisioning.access import escape
 from kopf_csi.provisioning.access import meta as meta_of
 from kopf_csi.provisioning.access import uid as uid_of
 from kopf_csi.provisioning.backends import (
@@ -405,16 +404,29 @@ class Provisioner:
         return RETRY
 
     async def _reschedule(self, claim: Body) -> bool:
-        """Give the node back to the scheduler: remove `selected-node` (guarded by the uid)."""
+        """Give the node back to the scheduler: remove `selected-node` (a guarded write).
+
+        A claim written meanwhile (409) is read again and decided again; a claim deleted, or
+        replaced by another of its name, or whose node is already gone, needs nothing.
+        """
         meta = meta_of(claim)
-        patch = [
-            {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-            {"op": "remove", "path": "/metadata/annotations/" + escape(names.ANN_SELECTED_NODE)},
-        ]
+        name, namespace, uid = meta["name"], meta.get("namespace"), meta.get("uid")
+
+        async def write(current: Body) -> None:
+            annotations = meta_of(current).get("annotations") or {}
+            if meta_of(current).get("uid") != uid or names.ANN_SELECTED_NODE not in annotations:
+                return
+            patch = {"metadata": {"annotations": {names.ANN_SELECTED_NODE: None}}}
+            await self.api.patch(kube.CLAIMS, name, kube.guarded_patch(current, patch), namespace)
+
+        async def read() -> Body | None:
+            log.debug("reschedule_raced")
+            return await self.api.get(kube.CLAIMS, name, namespace)
+
         try:
-            await self.api.patch(
-                kube.CLAIMS, meta["name"], patch, meta.get("namespace"), patch_type="json"
-            )
+            await kube.retry_on_conflict(write, claim, read=read)
+        except kube.NotFoundError:
+            return True
         except kube.KubeError as exc:
             log.warning("reschedule_failed", error=str(exc))
             return False

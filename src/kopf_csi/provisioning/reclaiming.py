@@ -9,8 +9,8 @@ PVs and removed when the policy becomes Retain, so Retain never deletes.
 
 A lost race is not a failure. On a real server the PV controller, the pv-protection
 controller and the DELETE itself change a PV within milliseconds of each other, so a write
-guarded by a resourceVersion read a moment ago often meets a 422 (failed `test`) or 409. Such
-a write is re-read and tried again at once (`access.update_finalizers`), with no event, no
+guarded by a resourceVersion read a moment ago often meets a 409 Conflict. Such a write is
+re-read and tried again at once (`access.update_finalizers`), with no event, no
 warning and no failure metric. Our finalizer goes after the DELETE with a patch that needs no
 resourceVersion (`access.remove_finalizer`), so that write has no race to lose at all. And a
 volume whose DeleteVolume succeeded is never deleted on the driver again by this process,

@@ -30,6 +30,7 @@ from kopf_csi.provisioning.states import ProvisioningState
 __all__ = [
     "DataSourceRef",
     "SourceKind",
+    "claim_not_found",
     "clone_source",
     "data_source",
     "snapshot_content_name",
@@ -109,6 +110,12 @@ def _error(ref: DataSourceRef, message: str) -> ProvisioningError:
         f"error getting handle for DataSource Type {ref.kind} by Name {ref.name}: {message}",
         state=ProvisioningState.NO_CHANGE,
     )
+
+
+def claim_not_found(name: str) -> str:
+    """The not-found text of a claim read from an informer's lister (`NewNotFound` with the
+    singular resource `persistentvolumeclaim`); the API server says `persistentvolumeclaims`."""
+    return f"persistentvolumeclaim {gofmt.go_quote(name)} not found"
 
 
 def source_claim_unavailable(

@@ -55,9 +55,12 @@ class Sources:
         if ref is None or plan.source_kind is None:
             return None
         if plan.source_kind is sources.SourceKind.CLONE:
-            source_claim = await self.api.get(kube.CLAIMS, ref.name, ref.namespace)
-            if source_claim is None:
-                raise sources.source_claim_unavailable(ref, claim=claim, error="not found")
+            try:
+                source_claim = await self.api.read(kube.CLAIMS, ref.name, ref.namespace)
+            except kube.NotFoundError:
+                # Go reads the claim from its informer: the lister's text, not the server's.
+                error = sources.claim_not_found(ref.name)
+                raise sources.source_claim_unavailable(ref, claim=claim, error=error) from None
             volume_name = source_claim.get("spec", {}).get("volumeName") or ""
             source_volume = await self.api.get(kube.VOLUMES, volume_name) if volume_name else None
             cloned = sources.clone_source(
@@ -69,9 +72,10 @@ class Sources:
             )
             await self._protect(kube.CLAIMS, source_claim, protection.protect_clone_source)
             return cloned
-        snapshot = await self.api.get(kube.SNAPSHOTS, ref.name, ref.namespace)
-        if snapshot is None:
-            raise sources.snapshot_unavailable(ref, error="not found")
+        try:
+            snapshot = await self.api.read(kube.SNAPSHOTS, ref.name, ref.namespace)
+        except kube.NotFoundError as exc:  # Go asks the API server: its own text
+            raise sources.snapshot_unavailable(ref, error=exc.message) from None
         content_name = sources.snapshot_content_name(snapshot)
         content = await self.api.get(kube.SNAPSHOT_CONTENTS, content_name) if content_name else None
         source = sources.snapshot_source(

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kopf_csi import names
-from kopf_csi.csi import Code, CSIError, go_text
+from kopf_csi.csi.codes import Code
+from kopf_csi.csi.errors import CSIError, go_text
 
 __all__ = [
     "FailureOutcome",

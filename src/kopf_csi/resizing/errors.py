@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from kopf_csi.csi import Code, CSIError, go_text
+from kopf_csi.csi.codes import Code
+from kopf_csi.csi.errors import CSIError, go_text
 
 __all__ = ["ResizeError", "error_text", "is_final", "is_in_use", "is_infeasible"]
 

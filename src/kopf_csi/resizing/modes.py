@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Set
 
-from kopf_csi.csi import DriverInfo
+from kopf_csi.csi.driverinfo import DriverInfo
 
 __all__ = ["ResizeMode", "can_modify", "resize_mode"]
 

@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,8 +23,9 @@ import yaml
 from kopf_csi import kube, logs
 from kopf_csi.csi import CSIClient, CSIError
 from kopf_csi.driver import DriverConfig, Features, running_driver
+from kopf_csi.modules import ModuleLoadError
 from kopf_csi.sandbox.progress import Check, Tracker, format_checks
-from kopf_csi.settings import CSISettings, KubeSettings, Settings
+from kopf_csi.settings import CSISettings, HTTPSettings, KubeSettings, Settings
 from kopf_csi.testing.emulator import EmulatedCluster, Subscription
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
@@ -136,17 +138,49 @@ def _show(tracker: Tracker, changes: Sequence[Any]) -> None:
             print(line, flush=True)
 
 
-def _fresh(path: str) -> pathlib.Path:
-    workdir = pathlib.Path(path).resolve()
+def _fresh(workdir: pathlib.Path) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    return workdir
+
+
+def _modules(extra: Sequence[str] | None) -> tuple[str, ...]:
+    """The defaults, then the user's (``-m``, as ``kopf-csi run -m``), each once."""
+    return (*DEFAULT_MODULES, *dict.fromkeys(m for m in extra or () if m not in DEFAULT_MODULES))
+
+
+def _load(operator: OperatorThread) -> tuple[int, str] | None:
+    """Load the handler modules before anything starts: None, or an exit code and one line
+    (2 for a module that is not there, 1 for one that fails on import, as `kopf-csi run`)."""
+    try:
+        operator.load()
+    except ModuleLoadError as exc:
+        return 2, str(exc)
+    except Exception as exc:  # the user's module failed on import: its own bug, said in a line
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        place = f" ({pathlib.Path(where.filename).name}, line {where.lineno})"
+        if isinstance(exc, SyntaxError):
+            place = ""  # its text names the file and the line already
+        names = ", ".join(m for m in operator.modules if m not in DEFAULT_MODULES)
+        return 1, f"a handler module failed to load ({names}): {type(exc).__name__}: {exc}{place}"
+    return None
 
 
 async def run(args: argparse.Namespace) -> int:
-    workdir = _fresh(args.dir)
+    workdir = pathlib.Path(args.dir)  # absolute: main() resolved it
     socket_path = workdir / "csi.sock"
     examples = _examples_dir()
+    kubeconfig = workdir / "kubeconfig"
+    settings = Settings(
+        csi=CSISettings(address=str(socket_path)),
+        kube=KubeSettings(kubeconfig=kubeconfig),
+        http=HTTPSettings(endpoint="127.0.0.1:0"),  # metrics, health and explain's --operator
+    )
+    operator = OperatorThread(settings=settings, modules=_modules(args.modules))
+    failed = _load(operator)
+    if failed is not None:
+        print(f"python -m kopf_csi.sandbox: error: {failed[1]}", file=sys.stderr, flush=True)
+        return failed[0]
+    _fresh(workdir)  # only now: a bad module leaves the last run's directory as it was
     config = DriverConfig(
         node_id=NODE,
         data_dir=workdir / "driver",
@@ -158,14 +192,9 @@ async def run(args: argparse.Namespace) -> int:
         ControllerManager(cluster),
         running_driver(config, socket_path=socket_path, grace=1.0),
     ):
-        kubeconfig = cluster.write_kubeconfig(workdir / "kubeconfig")
+        cluster.write_kubeconfig(kubeconfig)
         for resource, body in _node_objects():
             cluster.create(resource.plural, body)
-        settings = Settings(
-            csi=CSISettings(address=str(socket_path)),
-            kube=KubeSettings(kubeconfig=kubeconfig),
-        )
-        operator = OperatorThread(settings=settings, modules=DEFAULT_MODULES)
         await operator.start()
         try:
             async with (
@@ -179,16 +208,25 @@ async def run(args: argparse.Namespace) -> int:
                 if not await _demo(cluster, api, examples, timeout=args.timeout):
                     return 1
                 if args.serve:
-                    print(
-                        f"\nserving until Ctrl-C. Try:\n  kubectl --kubeconfig {kubeconfig} "
-                        "get pvc,pv,volumeattachments -A",
-                        flush=True,
-                    )
+                    print(_hints(kubeconfig, examples, operator), flush=True)
                     await _wait_for_interrupt()
         finally:
             await operator.stop()
     print("\nstopped: nothing left running", flush=True)
     return 0
+
+
+def _hints(kubeconfig: pathlib.Path, examples: pathlib.Path, operator: OperatorThread) -> str:
+    """What to try while the sandbox serves: plain kubectl, and explain with the operator's view."""
+    kubectl = f"kubectl --kubeconfig {kubeconfig}"
+    script = pathlib.Path(sys.executable).parent / "kopf-csi"  # this venv's, on PATH or not
+    explain = str(script) if script.exists() else f"{sys.executable} -m kopf_csi"
+    return (
+        f"\nserving until Ctrl-C. Try:\n  {kubectl} apply -f {examples / 'claims.yaml'}\n"
+        f"  {kubectl} get pvc,pv,volumeattachments -A\n"
+        f"  {explain} explain pvc/default/data-wffc --kubeconfig {kubeconfig} "
+        f"--operator {operator.memo.http_server.url}"
+    )
 
 
 async def _demo(
@@ -254,6 +292,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait per step")
     parser.add_argument("--serve", action="store_true", help="keep serving until Ctrl-C")
     parser.add_argument("--log-level", default="WARNING", help="log level (default WARNING)")
+    parser.add_argument(
+        "-m",
+        "--module",
+        dest="modules",
+        action="append",
+        metavar="MODULE",
+        help="a handler module to run beside the defaults, as `kopf-csi run -m`: a dotted name "
+        "(importable from the current directory) or a .py file; repeat for more",
+    )
     args = parser.parse_args(argv)
+    args.dir = str(pathlib.Path(args.dir).resolve())
     logs.configure(level=args.log_level, json=False)
     sys.exit(asyncio.run(run(args)))

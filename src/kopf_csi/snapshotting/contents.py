@@ -1,12 +1,15 @@
 """What the two content controllers of the csi-snapshotter share: the caches, the watch-event
-filter, the writes, the being-created annotation, the finalizer release, the error status and
-the secret named by a content's annotations.
+filter, the writes, the being-created annotation, the status write (read from the API, guarded
+by its resourceVersion, retried at once on a lost race), the delete on the driver, the finalizer
+release, the error status, the class, and the secrets named by a content's annotations or by
+its class.
 
 `Snapshotter` (VolumeSnapshotContents, `operations`) and `GroupSnapshotter`
 (VolumeGroupSnapshotContents, `group_operations`) are the two subclasses; they differ in their
-resource, their annotation and finalizer keys and their Go texts (a `Texts`), and in what they
-ask of the driver. Upstream has the same pairs of functions, once per kind
-(`setAnnVolumeSnapshotBeingCreated` and `setAnnVolumeGroupSnapshotBeingCreated`, ...).
+resource, their annotation, finalizer and class keys and their Go texts (`Texts`,
+`DeleteEvents`), in what they ask of the driver, and in how its answer fills the status.
+Upstream has the same pairs of functions, once per kind (`setAnnVolumeSnapshotBeingCreated`
+and `setAnnVolumeGroupSnapshotBeingCreated`, ...).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import abc
 import collections
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import structlog
@@ -35,7 +38,14 @@ from kopf_csi.snapshotting.errors import (
 )
 from kopf_csi.snapshotting.options import SnapshotterOptions
 
-__all__ = ["ContentCache", "ContentController", "Texts", "now_rfc3339", "read_secret"]
+__all__ = [
+    "ContentCache",
+    "ContentController",
+    "DeleteEvents",
+    "Texts",
+    "now_rfc3339",
+    "read_secret",
+]
 
 log = structlog.get_logger("kopf_csi.snapshotter")
 
@@ -67,7 +77,8 @@ class ContentCache(Cache):
 
 @dataclasses.dataclass(frozen=True)
 class Texts:
-    """One kind's Go error texts around the annotations and the secret (`names` templates)."""
+    """One kind's Go error texts around the annotations, the class, the secrets and the status
+    (`names` templates)."""
 
     set_being_created: str
     remove_being_created_final: str
@@ -76,21 +87,38 @@ class Texts:
     credentials: str
     update_status: str
     """The create's failed status write (`{content}`, `{error}`)."""
+    get_content: str
+    """The content could not be read before a status write (`{content}`, `{error}`)."""
+    class_not_found: str
+    """The class is not in the cache (`{name}`)."""
+    get_class: str
+    """The class of a status check is unusable (`{name}`, `{content}`, `{error}`)."""
+    secret_reference: str
+    """The class's secret parameters are unusable (`{content}`, `{error}`)."""
+    get_credentials: str
+    """The class's secret could not be read (`{content}`, `{error}`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteEvents:
+    """One kind's Warning events of a failed delete on the driver, and its log lines."""
+
+    reason: str
+    credentials_failed: str
+    delete_failed: str
+    failed_log: str
+    deleted_log: str
 
 
 async def read_secret(api: kube.KubeClient, name: str, namespace: str) -> dict[str, str]:
     """`GetCredentials`: the secret's data, decoded (never logged)."""
     try:
-        secret = await api.get(kube.SECRETS, name, namespace)
-    except kube.KubeError as exc:
-        secret, error = None, exc.message
-    else:
-        error = f'secrets "{name}" not found'
-    if secret is not None:
-        try:
-            return kube.decode_secret_data(secret)
-        except ValueError as exc:
-            error = str(exc)
+        secret = await api.read(kube.SECRETS, name, namespace)
+        return kube.decode_secret_data(secret)
+    except kube.KubeError as exc:  # the server's own text, as client-go's error prints
+        error = exc.message
+    except ValueError as exc:
+        error = str(exc)
     message = names.ERROR_SNAPSHOT_GET_SECRET.format(name=name, namespace=namespace, error=error)
     raise SnapshotError(message)
 
@@ -106,7 +134,14 @@ class ContentController(abc.ABC):
     """The bound-protection finalizer the release removes."""
     secret_annotations: ClassVar[tuple[str, str]]
     """The annotations naming the secret of the create and delete calls: name, namespace."""
+    class_field: ClassVar[str]
+    """The spec field naming the content's class."""
+    status_secret: ClassVar[parameters.SecretKind]
+    """The class's secret of a status check of a pre-provisioned content."""
+    secret_token: ClassVar[str]
+    """The stem of that secret's template tokens (`parameters.secret_reference`)."""
     texts: ClassVar[Texts]
+    delete_events: ClassVar[DeleteEvents]
     create_failed: ClassVar[tuple[str, str]]
     """The event reason and message template of a failed create (`{error}`)."""
     check_failed: ClassVar[tuple[str, str]]
@@ -175,8 +210,12 @@ class ContentController(abc.ABC):
     async def _check(self, content: Body) -> Body: ...
 
     @abc.abstractmethod
-    async def _delete_on_driver(self, content: Body) -> Outcome | None:
-        """Delete on the driver: None when it succeeded, else the retry (the event posted)."""
+    async def _call_delete(self, content: Body, secrets: dict[str, str] | None) -> dict[str, Any]:
+        """The CSI delete call: the fields of its success log line."""
+
+    @abc.abstractmethod
+    def _delete_error(self, name: str, error: BaseException) -> str:
+        """The error text of a failed delete call."""
 
     # -- watch events --------------------------------------------------------------------------
 
@@ -339,12 +378,33 @@ class ContentController(abc.ABC):
             self.deleted_on_driver.pop(uid, None)
         return outcome
 
+    async def _delete_on_driver(self, content: Body) -> Outcome | None:
+        """The delete on the driver, with the secret of the content's annotations: None when
+        it succeeded, else the retry (the event posted)."""
+        name = str(content["metadata"]["name"])
+        failed_log = self.delete_events.failed_log
+        try:
+            secrets = await self._credentials_from_annotations(content)
+        except SnapshotError as exc:
+            log.warning(failed_log, error=exc.message)
+            reason, message = self.delete_events.reason, self.delete_events.credentials_failed
+            await self._event(content, reason, message)
+            return RETRY
+        try:
+            fields = await self._call_delete(content, secrets)
+        except (SnapshotError, CSIError) as exc:
+            log.warning(failed_log, error=self._delete_error(name, exc))
+            await self._event(content, self.delete_events.reason, self.delete_events.delete_failed)
+            return RETRY
+        log.info(self.delete_events.deleted_log, **fields)
+        return None
+
     async def _release(self, content: Body) -> Outcome:
         """`removeContentFinalizer`: only the bound-protection finalizer, nothing else.
 
-        The patch tests the finalizers it was computed from; when the snapshot-controller (or
-        anyone) changed them meanwhile, that is a lost race: the content is read again and the
-        patch computed again, at once and quietly.
+        The patch carries the resourceVersion it was computed from; when the
+        snapshot-controller (or anyone) wrote the content meanwhile (409), that is a lost race:
+        the content is read again and the patch computed again, at once and quietly.
         """
         name = str(content["metadata"]["name"])
         released = False
@@ -354,7 +414,7 @@ class ContentController(abc.ABC):
             patch = decisions.release_patch(current, finalizer=self.finalizer)
             if patch is None:
                 return current
-            updated = await self.api.patch(self.resource, name, patch, patch_type="json")
+            updated = await self.api.patch(self.resource, name, kube.guarded_patch(current, patch))
             self.contents.store(updated)
             released = True
             return updated
@@ -370,12 +430,61 @@ class ContentController(abc.ABC):
             await kube.retry_on_conflict(write, content, read=read)
         except kube.NotFoundError:
             return DONE
+        except kube.StaleWriteError as exc:  # every fresh read lost too: the queue tries later
+            log.debug("content_release_raced", content=name, error=str(exc))
+            return RETRY
         except kube.KubeError as exc:
             log.warning("content_not_released", error=controller_update_error(name, exc.message))
             return RETRY
         if released:
             log.info("content_released", policy=(content.get("spec") or {}).get("deletionPolicy"))
         return DONE
+
+    async def _save_status(
+        self, content: Body, status_of: Callable[[Body | None], dict[str, Any] | None]
+    ) -> Body:
+        """`update*ContentStatus`: read the content from the API, fill in its status
+        (`status_of(current status)`: the new one, None when nothing changes).
+
+        The write is guarded by the resourceVersion it was computed from. A 409 means that
+        someone wrote first: read again and retry at once, quietly (the driver's answer is in
+        hand; failing here would call the driver again for work that already succeeded).
+        """
+        name = str(content["metadata"]["name"])
+
+        async def write(fresh: Body) -> Body:
+            status = status_of(fresh.get("status"))
+            if status is None:
+                return fresh
+            # A merge patch: what the new status no longer has goes explicitly (null).
+            dropped = {key: None for key in fresh.get("status") or {} if key not in status}
+            patch = kube.guarded_patch(fresh, {"status": {**status, **dropped}})
+            updated = await self.api.patch(self.resource, name, patch, subresource="status")
+            self.contents.store(updated)
+            return updated
+
+        async def read() -> Body:
+            log.debug("content_status_raced", content=name)
+            return await self._read(content)
+
+        try:
+            return await kube.retry_on_conflict(write, await self._read(content), read=read)
+        except kube.KubeError as exc:
+            raise SnapshotError(
+                controller_update_error(name, exc.message), content=content
+            ) from None
+
+    async def _read(self, content: Body) -> Body:
+        """The content from the API (not the cache), as upstream reads it before a status
+        write; the server's error text when that fails."""
+        name = str(content["metadata"]["name"])
+        try:
+            fresh = await self.api.read(self.resource, name)
+        except kube.KubeError as exc:
+            message = self.texts.get_content.format(content=name, error=exc.message)
+            raise SnapshotError(message, content=content) from None
+        self.contents.store(fresh)
+        return fresh
 
     async def _save_error(self, content: Body, reason: str, message: str) -> None:
         """`update*ErrorStatusWithEvent`: the error into the status, and an event, once per
@@ -392,7 +501,51 @@ class ContentController(abc.ABC):
     async def _event(self, content: Body, reason: str, message: str) -> None:
         await self.recorder.post(content, type_=events.WARNING, reason=reason, message=message)
 
-    # -- secrets -----------------------------------------------------------------------------------
+    # -- the class and the secrets -----------------------------------------------------------------
+
+    def _class_of(self, content: Body, *, unnamed: str | None = None) -> Body | None:
+        """The class the content names, from the cache; with none named, the error `unnamed`
+        if given (a dynamic content needs one), else None."""
+        class_name = (content.get("spec") or {}).get(self.class_field)
+        if class_name:
+            found = self.classes.get(str(class_name))
+            if found is None:
+                raise SnapshotError(self.texts.class_not_found.format(name=class_name))
+            return found
+        if unnamed is not None:
+            raise SnapshotError(unnamed)
+        return None
+
+    async def _class_secrets(self, content: Body) -> dict[str, str] | None:
+        """The secret the content's class names for a status check (`status_secret`), if it
+        names a class and the class a secret."""
+        name = str(content["metadata"]["name"])
+        class_name = (content.get("spec") or {}).get(self.class_field)
+        if not class_name:
+            return None
+        try:
+            found = self._class_of(content)
+        except SnapshotError as exc:
+            message = self.texts.get_class.format(name=class_name, content=name, error=exc.message)
+            raise SnapshotError(message) from None
+        try:
+            ref = parameters.secret_reference(
+                self.status_secret,
+                (found or {}).get("parameters"),
+                content_name=name,
+                token=self.secret_token,
+            )
+        except parameters.ParameterError as exc:
+            raise SnapshotError(
+                self.texts.secret_reference.format(content=name, error=exc)
+            ) from None
+        if ref is None:
+            return None
+        try:
+            return await read_secret(self.api, ref.name, ref.namespace)
+        except SnapshotError as exc:
+            message = self.texts.get_credentials.format(content=name, error=exc.message)
+            raise SnapshotError(message) from None
 
     async def _credentials_from_annotations(self, content: Body) -> dict[str, str] | None:
         """`GetCredentialsFromAnnotation`: the secret the snapshot-controller resolved from the

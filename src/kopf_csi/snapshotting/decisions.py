@@ -23,7 +23,9 @@ __all__ = [
     "is_deleting",
     "is_driver_match",
     "is_drivers",
+    "is_group_member",
     "is_ready",
+    "member_status_handle",
     "meta_of",
     "next_action",
     "release_patch",
@@ -123,8 +125,23 @@ def should_delete(content: Body) -> bool:
     return names.ANN_SNAPSHOT_BEING_DELETED in annotations_of(content)
 
 
-def _is_group_member(content: Body) -> bool:
+def _has_group_handle(content: Body) -> bool:
+    """The status names a group: the snapshot goes with the group, never deleted alone."""
     return bool((content.get("status") or {}).get("volumeGroupSnapshotHandle"))
+
+
+def is_group_member(content: Body) -> bool:
+    """A member of a dynamic group snapshot (the snapshot-controller's group-handle
+    annotation): its content and status are the snapshot-controller's, never created here."""
+    return names.ANN_GROUP_SNAPSHOT_HANDLE in annotations_of(content)
+
+
+def member_status_handle(content: Body) -> str | None:
+    """A member whose status names its group and its snapshot: the snapshot to poll."""
+    status = content.get("status") or {}
+    if status.get("volumeGroupSnapshotHandle") and status.get("snapshotHandle"):
+        return str(status["snapshotHandle"])
+    return None
 
 
 def next_action(content: Body) -> Action:
@@ -133,10 +150,10 @@ def next_action(content: Body) -> Action:
     if should_delete(content):
         deletes = spec_of(content).get("deletionPolicy") == "Delete"
         has_snapshot = bool((status or {}).get("snapshotHandle"))
-        if deletes and has_snapshot and not _is_group_member(content):
+        if deletes and has_snapshot and not _has_group_handle(content):
             return Action.DELETE_SNAPSHOT
         return Action.RELEASE
-    if source_of(content).get("volumeHandle") and status is None:
+    if source_of(content).get("volumeHandle") and status is None and not is_group_member(content):
         return Action.CREATE
     if is_ready(content):
         return Action.READY
@@ -177,12 +194,19 @@ def _sanitized(obj: Body, own: str) -> Body:
 
 
 def updated_status(
-    current: Body | None, *, handle: str, ready: bool, created_ns: int, size: int
+    current: Body | None,
+    *,
+    handle: str,
+    ready: bool,
+    created_ns: int,
+    size: int,
+    group_handle: str = "",
 ) -> dict[str, Any] | None:
     """`updateSnapshotContentStatus`: the new status, or None when nothing changes.
 
     Only empty fields are filled in, except `readyToUse`, which follows the driver (and a
-    snapshot turning ready drops an old error). `restoreSize` is set only for a size above 0.
+    snapshot turning ready drops an old error). `restoreSize` is set only for a size above 0,
+    `volumeGroupSnapshotHandle` only when the driver named a group.
     """
     if current is None:
         status: dict[str, Any] = {
@@ -190,6 +214,8 @@ def updated_status(
             "readyToUse": ready,
             "creationTime": created_ns,
         }
+        if group_handle:
+            status["volumeGroupSnapshotHandle"] = group_handle
         if size > 0:
             status["restoreSize"] = size
         return status
@@ -205,6 +231,8 @@ def updated_status(
         status["creationTime"], changed = created_ns, True
     if status.get("restoreSize") is None and size > 0:
         status["restoreSize"], changed = size, True
+    if status.get("volumeGroupSnapshotHandle") is None and group_handle:
+        status["volumeGroupSnapshotHandle"], changed = group_handle, True
     return status if changed else None
 
 
@@ -228,14 +256,12 @@ def cleared_status_patch() -> dict[str, Any]:
 
 def release_patch(
     content: Body, *, finalizer: str = names.FINALIZER_SNAPSHOT_CONTENT_BOUND
-) -> list[dict[str, Any]] | None:
-    """`removeContentFinalizer`: a JSON patch dropping the bound-protection finalizer (only it),
-    guarded by a `test` of the list it was computed from; None when it is not there."""
+) -> dict[str, Any] | None:
+    """`removeContentFinalizer`: a merge patch of the finalizers read without the
+    bound-protection finalizer (only it), to send guarded by the resourceVersion read
+    (`kube.guarded_patch`: 409 when stale); None when it is not there."""
     finalizers = list(meta_of(content).get("finalizers") or [])
     if finalizer not in finalizers:
         return None
     remaining = [f for f in finalizers if f != finalizer]
-    return [
-        {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-        {"op": "replace", "path": "/metadata/finalizers", "value": remaining or None},
-    ]
+    return {"metadata": {"finalizers": remaining}}

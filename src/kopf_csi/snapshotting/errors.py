@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kopf_csi import names
-from kopf_csi.csi import Code, CSIError, go_text
+from kopf_csi.csi.codes import Code
+from kopf_csi.csi.errors import CSIError, go_text
 from kopf_csi.provisioning.gofmt import go_quote
 
 __all__ = ["SnapshotError", "controller_update_error", "error_text", "is_final", "quoted"]

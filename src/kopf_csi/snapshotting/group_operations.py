@@ -20,6 +20,7 @@ single-snapshot controller only releases a content whose status names a group).
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,10 +30,9 @@ from kopf_csi import kube, names
 from kopf_csi.csi import Code, CSIError
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning.gofmt import go_list, go_quote
-from kopf_csi.queueing import RETRY, Outcome
 from kopf_csi.snapshotting import groups, parameters
-from kopf_csi.snapshotting.contents import ContentController, Texts, now_rfc3339, read_secret
-from kopf_csi.snapshotting.errors import SnapshotError, controller_update_error, error_text, quoted
+from kopf_csi.snapshotting.contents import ContentController, DeleteEvents, Texts, now_rfc3339
+from kopf_csi.snapshotting.errors import SnapshotError, error_text, quoted
 from kopf_csi.snapshotting.operations import nanoseconds
 
 __all__ = ["GroupSnapshotter"]
@@ -73,6 +73,9 @@ class GroupSnapshotter(ContentController):
         names.ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAME,
         names.ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAMESPACE,
     )
+    class_field = "volumeGroupSnapshotClassName"
+    status_secret = parameters.GROUP_SNAPSHOTTER_SECRET
+    secret_token = "volumegroupsnapshot"
     texts = Texts(
         set_being_created=names.ERROR_GROUP_SNAPSHOT_SET_BEING_CREATED,
         remove_being_created_final=names.ERROR_GROUP_SNAPSHOT_REMOVE_BEING_CREATED_FINAL,
@@ -80,6 +83,18 @@ class GroupSnapshotter(ContentController):
         secret_unspecified=names.ERROR_GROUP_SNAPSHOT_SECRET_UNSPECIFIED,
         credentials=names.ERROR_GROUP_SNAPSHOT_CREDENTIALS,
         update_status=names.ERROR_GROUP_SNAPSHOT_UPDATE_STATUS,
+        get_content=names.ERROR_GROUP_SNAPSHOT_GET_CONTENT,
+        class_not_found=names.ERROR_GROUP_SNAPSHOT_CLASS_NOT_FOUND,
+        get_class=names.ERROR_GROUP_SNAPSHOT_GET_CLASS,
+        secret_reference=names.ERROR_GROUP_SNAPSHOT_SECRET_REFERENCE,
+        get_credentials=names.ERROR_GROUP_SNAPSHOT_GET_CREDENTIALS,
+    )
+    delete_events = DeleteEvents(
+        reason=names.REASON_GROUP_SNAPSHOT_DELETE_ERROR,
+        credentials_failed=names.MESSAGE_GROUP_SNAPSHOT_CREDENTIALS_FAILED,
+        delete_failed=names.MESSAGE_GROUP_SNAPSHOT_DELETE_FAILED,
+        failed_log="group_snapshot_delete_failed",
+        deleted_log="group_snapshot_deleted",
     )
 
     def is_ours(self, content: Body) -> bool:
@@ -122,7 +137,7 @@ class GroupSnapshotter(ContentController):
         return names.ERROR_GROUP_SNAPSHOT_TAKE.format(volumes=volumes, quoted=quoted(error))
 
     async def _save_created(self, content: Body, answer: csi.VolumeGroupSnapshot) -> Body:
-        content = await self._save_status(content, answer)
+        content = await self._save_snapshots(content, answer)
         log.info(
             "group_snapshot_created",
             group_snapshot_id=answer.group_snapshot_id,
@@ -135,26 +150,20 @@ class GroupSnapshotter(ContentController):
         """`getCSIGroupSnapshotInput`: the class, and the secret the annotations name."""
         name = str(content["metadata"]["name"])
         try:
-            group_class = self._class_of(content, required=bool(groups.volume_handles(content)))
+            group_class = self._creation_class(content)
             secrets = await self._credentials_from_annotations(content)
         except SnapshotError as exc:
             message = names.ERROR_GROUP_SNAPSHOT_INPUT.format(content=name, quoted=quoted(exc))
             raise SnapshotError(message, content=content) from None
         return group_class, secrets
 
-    def _class_of(self, content: Body, *, required: bool) -> Body | None:
-        class_name = (content.get("spec") or {}).get("volumeGroupSnapshotClassName")
-        if class_name:
-            group_class = self.classes.get(str(class_name))
-            if group_class is None:
-                raise SnapshotError(
-                    names.ERROR_GROUP_SNAPSHOT_CLASS_NOT_FOUND.format(name=class_name)
-                )
-            return group_class
-        if required:
+    def _creation_class(self, content: Body) -> Body | None:
+        """A dynamic group needs its class; a pre-provisioned one not."""
+        unnamed = None
+        if groups.volume_handles(content):
             name = content["metadata"]["name"]
-            raise SnapshotError(names.ERROR_GROUP_SNAPSHOT_WITHOUT_CLASS.format(content=name))
-        return None
+            unnamed = names.ERROR_GROUP_SNAPSHOT_WITHOUT_CLASS.format(content=name)
+        return self._class_of(content, unnamed=unnamed)
 
     async def _call_create(
         self, content: Body, params: dict[str, str], secrets: dict[str, str] | None
@@ -212,84 +221,23 @@ class GroupSnapshotter(ContentController):
             )
             message = names.ERROR_GROUP_SNAPSHOT_STATUS.format(content=name, quoted=quoted(error))
             raise SnapshotError(message)
-        return await self._save_status(content, got.group_snapshot, handle=handle)
+        return await self._save_snapshots(content, got.group_snapshot, handle=handle)
 
     async def _status_secrets(self, content: Body) -> dict[str, str] | None:
         """A pre-provisioned content: the class's group-snapshotter secret, if it names one; a
         dynamic one: the secret of its annotations, as for the create."""
         if groups.volume_handles(content):
             return await self._credentials_from_annotations(content)
-        name = str(content["metadata"]["name"])
-        class_name = (content.get("spec") or {}).get("volumeGroupSnapshotClassName")
-        if not class_name:
-            return None
-        try:
-            group_class = self._class_of(content, required=False)
-        except SnapshotError as exc:
-            raise SnapshotError(
-                names.ERROR_GROUP_SNAPSHOT_GET_CLASS.format(
-                    name=class_name, content=name, error=exc.message
-                )
-            ) from None
-        try:
-            ref = parameters.secret_reference(
-                parameters.GROUP_SNAPSHOTTER_SECRET,
-                (group_class or {}).get("parameters"),
-                content_name=name,
-                token="volumegroupsnapshot",
-            )
-        except parameters.ParameterError as exc:
-            raise SnapshotError(
-                names.ERROR_GROUP_SNAPSHOT_SECRET_REFERENCE.format(content=name, error=exc)
-            ) from None
-        if ref is None:
-            return None
-        try:
-            return await read_secret(self.api, ref.name, ref.namespace)
-        except SnapshotError as exc:
-            message = names.ERROR_GROUP_SNAPSHOT_GET_CREDENTIALS.format(
-                content=name, error=exc.message
-            )
-            raise SnapshotError(message) from None
+        return await self._class_secrets(content)
 
     # -- delete and release ----------------------------------------------------------------------
 
-    async def _delete_on_driver(self, content: Body) -> Outcome | None:
-        """`deleteCSIGroupSnapshotOperation`'s call: DeleteVolumeGroupSnapshot with the member
-        ids; then the base clears the status and `removeGroupSnapshotContentFinalizer`."""
-        name = str(content["metadata"]["name"])
-        try:
-            secrets = await self._credentials_from_annotations(content)
-        except SnapshotError as exc:
-            log.warning("group_snapshot_delete_failed", error=exc.message)
-            await self._event(
-                content,
-                names.REASON_GROUP_SNAPSHOT_DELETE_ERROR,
-                names.MESSAGE_GROUP_SNAPSHOT_CREDENTIALS_FAILED,
-            )
-            return RETRY
+    async def _call_delete(self, content: Body, secrets: dict[str, str] | None) -> dict[str, Any]:
+        """`csiHandler.DeleteGroupSnapshot` (`deleteCSIGroupSnapshotOperation`'s call): the
+        member ids are required."""
+        name = content["metadata"]["name"]
         ids = groups.member_snapshot_ids(content)
         handle = groups.group_handle(content)
-        try:
-            await self._call_delete(name, handle, ids, secrets)
-        except (SnapshotError, CSIError) as exc:
-            error = names.ERROR_GROUP_SNAPSHOT_DELETE.format(
-                quoted=go_quote(name), error=error_text(exc)
-            )
-            log.warning("group_snapshot_delete_failed", error=error)
-            await self._event(
-                content,
-                names.REASON_GROUP_SNAPSHOT_DELETE_ERROR,
-                names.MESSAGE_GROUP_SNAPSHOT_DELETE_FAILED,
-            )
-            return RETRY
-        log.info("group_snapshot_deleted", group_snapshot_id=handle, snapshots=len(ids))
-        return None
-
-    async def _call_delete(
-        self, name: str, handle: str | None, ids: list[str], secrets: dict[str, str] | None
-    ) -> None:
-        """`csiHandler.DeleteGroupSnapshot`: the member ids are required."""
         if not ids:
             raise SnapshotError(names.ERROR_GROUP_SNAPSHOT_DELETE_NO_IDS.format(content=name))
         if handle is None:
@@ -298,62 +246,26 @@ class GroupSnapshotter(ContentController):
             group_snapshot_id=handle, snapshot_ids=ids, secrets=secrets or {}
         )
         await self.csi.delete_volume_group_snapshot(request, timeout=self.options.timeout)
+        return {"group_snapshot_id": handle, "snapshots": len(ids)}
+
+    def _delete_error(self, name: str, error: BaseException) -> str:
+        return names.ERROR_GROUP_SNAPSHOT_DELETE.format(
+            quoted=go_quote(name), error=error_text(error)
+        )
 
     # -- writes ----------------------------------------------------------------------------------
 
-    async def _save_status(
+    async def _save_snapshots(
         self, content: Body, answer: csi.VolumeGroupSnapshot, *, handle: str | None = None
     ) -> Body:
-        """`updateGroupSnapshotContentStatus`: read the content from the API, fill its status.
-
-        The write is guarded by the resourceVersion it was computed from. A 409/422 means that
-        someone wrote first: read again and retry at once, quietly (the driver's answer is in
-        hand; failing here would call the driver again for work that already succeeded).
-        """
-        name = str(content["metadata"]["name"])
-
-        async def write(fresh: Body) -> Body:
-            status = groups.updated_status(
-                fresh.get("status"),
+        """`updateGroupSnapshotContentStatus`: the driver's answer into the content's status."""
+        return await self._save_status(
+            content,
+            functools.partial(
+                groups.updated_status,
                 handle=handle or answer.group_snapshot_id,
                 ready=bool(answer.ready_to_use),
                 created=_rfc3339(answer.creation_time),
                 members=_members(answer),
-            )
-            if status is None:
-                return fresh
-            version = str((fresh.get("metadata") or {}).get("resourceVersion") or "")
-            patch = [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-                {"op": "add", "path": "/status", "value": status},
-            ]
-            updated = await self.api.patch(
-                self.resource, name, patch, patch_type="json", subresource="status"
-            )
-            self.contents.store(updated)
-            return updated
-
-        async def read() -> Body:
-            log.debug("group_status_raced", content=name)
-            return await self._read(content)
-
-        try:
-            return await kube.retry_on_conflict(write, await self._read(content), read=read)
-        except kube.KubeError as exc:
-            raise SnapshotError(
-                controller_update_error(name, exc.message), content=content
-            ) from None
-
-    async def _read(self, content: Body) -> Body:
-        name = str(content["metadata"]["name"])
-        try:
-            fresh = await self.api.get(self.resource, name)
-        except kube.KubeError as exc:
-            error = exc.message
-        else:
-            error = f'volumegroupsnapshotcontents.groupsnapshot.storage.k8s.io "{name}" not found'
-        if fresh is None:
-            message = names.ERROR_GROUP_SNAPSHOT_GET_CONTENT.format(content=name, error=error)
-            raise SnapshotError(message, content=content)
-        self.contents.store(fresh)
-        return fresh
+            ),
+        )

@@ -15,6 +15,7 @@ handle, or after a final error. While it is there, a deleted content is not rele
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,14 +25,8 @@ import structlog
 from kopf_csi import kube, names
 from kopf_csi.csi import Code, CSIError
 from kopf_csi.csi import messages as csi
-from kopf_csi.queueing import RETRY, Outcome
 from kopf_csi.snapshotting import decisions, parameters
-from kopf_csi.snapshotting.contents import (
-    ContentCache,
-    ContentController,
-    Texts,
-    read_secret,
-)
+from kopf_csi.snapshotting.contents import ContentCache, ContentController, DeleteEvents, Texts
 from kopf_csi.snapshotting.errors import SnapshotError, error_text, quoted
 
 __all__ = ["ContentCache", "Snapshotter", "nanoseconds"]
@@ -51,6 +46,9 @@ class Snapshotter(ContentController):
         names.ANN_SNAPSHOT_DELETION_SECRET_NAME,
         names.ANN_SNAPSHOT_DELETION_SECRET_NAMESPACE,
     )
+    class_field = "volumeSnapshotClassName"
+    status_secret = parameters.LIST_SECRET
+    secret_token = "volumesnapshot"
     texts = Texts(
         set_being_created=names.ERROR_SNAPSHOT_SET_BEING_CREATED,
         remove_being_created_final=names.ERROR_SNAPSHOT_REMOVE_BEING_CREATED_FINAL,
@@ -58,6 +56,18 @@ class Snapshotter(ContentController):
         secret_unspecified=names.ERROR_SNAPSHOT_SECRET_UNSPECIFIED,
         credentials=names.ERROR_SNAPSHOT_CREDENTIALS,
         update_status=names.ERROR_SNAPSHOT_UPDATE_STATUS,
+        get_content=names.ERROR_SNAPSHOT_GET_CONTENT,
+        class_not_found=names.ERROR_SNAPSHOT_CLASS_NOT_FOUND,
+        get_class=names.ERROR_SNAPSHOT_GET_CLASS,
+        secret_reference=names.ERROR_SNAPSHOT_SECRET_REFERENCE,
+        get_credentials=names.ERROR_SNAPSHOT_GET_CREDENTIALS,
+    )
+    delete_events = DeleteEvents(
+        reason=names.REASON_SNAPSHOT_DELETE_ERROR,
+        credentials_failed=names.MESSAGE_SNAPSHOT_CREDENTIALS_FAILED,
+        delete_failed=names.MESSAGE_SNAPSHOT_DELETE_FAILED,
+        failed_log="snapshot_delete_failed",
+        deleted_log="snapshot_deleted",
     )
 
     def is_ours(self, content: Body) -> bool:
@@ -93,13 +103,7 @@ class Snapshotter(ContentController):
         return names.ERROR_SNAPSHOT_TAKE.format(volume=volume, quoted=quoted(error))
 
     async def _save_created(self, content: Body, answer: csi.Snapshot) -> Body:
-        content = await self._save_status(
-            content,
-            handle=answer.snapshot_id,
-            ready=bool(answer.ready_to_use),
-            created_ns=nanoseconds(answer.creation_time),
-            size=answer.size_bytes or 0,
-        )
+        content = await self._save_snapshot(content, answer.snapshot_id, answer)
         log.info(
             "snapshot_created",
             snapshot_id=answer.snapshot_id,
@@ -120,17 +124,13 @@ class Snapshotter(ContentController):
         return snapshot_class, secrets
 
     def _creation_class(self, content: Body) -> Body | None:
-        spec = content.get("spec") or {}
-        class_name = spec.get("volumeSnapshotClassName")
-        if class_name:
-            snapshot_class = self.classes.get(str(class_name))
-            if snapshot_class is None:
-                raise SnapshotError(names.ERROR_SNAPSHOT_CLASS_NOT_FOUND.format(name=class_name))
-            return snapshot_class
-        if (spec.get("source") or {}).get("volumeHandle"):
+        """A dynamic snapshot needs its class; a pre-provisioned one, or a group member, not."""
+        dynamic = decisions.source_of(content).get("volumeHandle")
+        unnamed = None
+        if dynamic and not decisions.is_group_member(content):
             name = content["metadata"]["name"]
-            raise SnapshotError(names.ERROR_SNAPSHOT_WITHOUT_CLASS.format(content=name))
-        return None  # a pre-provisioned content needs no class
+            unnamed = names.ERROR_SNAPSHOT_WITHOUT_CLASS.format(content=name)
+        return self._class_of(content, unnamed=unnamed)
 
     async def _call_create(
         self, content: Body, params: dict[str, str], secrets: dict[str, str] | None
@@ -159,61 +159,48 @@ class Snapshotter(ContentController):
     # -- check (poll) ----------------------------------------------------------------------------
 
     async def _check(self, content: Body) -> Body:
-        """`checkandUpdateContentStatusOperation`: a pre-provisioned content asks the driver
-        for its status; a dynamic one goes through CreateSnapshot again (idempotent by name)."""
+        """`checkandUpdateContentStatusOperation`: a pre-provisioned content, or a group
+        member whose status names its snapshot, asks the driver for its status; a dynamic one
+        goes through CreateSnapshot again (idempotent by name); a group member without that
+        status waits for the snapshot-controller to write it (nothing to call, nothing to
+        write: the member is the snapshot-controller's)."""
         source = (content.get("spec") or {}).get("source") or {}
-        if not source.get("snapshotHandle"):
+        member_handle = decisions.member_status_handle(content)
+        if not source.get("snapshotHandle") and member_handle is None:
+            if decisions.is_group_member(content):
+                return content
             return await self._create(content)
-        secrets = await self._list_secrets(content)
-        ready, created_ns, size = await self._snapshot_status(content, secrets)
-        handle = str(source["snapshotHandle"])
-        return await self._save_status(
-            content, handle=handle, ready=ready, created_ns=created_ns or time.time_ns(), size=size
-        )
+        secrets = await self._class_secrets(content)
+        if member_handle is not None:  # a member has no class: its secret is annotated
+            secrets = await self._member_secrets(content)
+        found = await self._snapshot_status(content, secrets)
+        handle = str(source.get("snapshotHandle") or member_handle)
+        return await self._save_snapshot(content, handle, found)
 
-    async def _list_secrets(self, content: Body) -> dict[str, str] | None:
-        name = str(content["metadata"]["name"])
-        class_name = (content.get("spec") or {}).get("volumeSnapshotClassName")
-        if not class_name:
-            return None
-        snapshot_class = self.classes.get(str(class_name))
-        if snapshot_class is None:
-            missing = names.ERROR_SNAPSHOT_CLASS_NOT_FOUND.format(name=class_name)
-            raise SnapshotError(
-                names.ERROR_SNAPSHOT_GET_CLASS.format(name=class_name, content=name, error=missing)
-            )
+    async def _member_secrets(self, content: Body) -> dict[str, str] | None:
         try:
-            ref = parameters.secret_reference(
-                parameters.LIST_SECRET, snapshot_class.get("parameters"), content_name=name
-            )
-        except parameters.ParameterError as exc:
-            raise SnapshotError(
-                names.ERROR_SNAPSHOT_SECRET_REFERENCE.format(content=name, error=exc)
-            ) from None
-        if ref is None:
-            return None
-        try:
-            return await read_secret(self.api, ref.name, ref.namespace)
+            return await self._credentials_from_annotations(content)
         except SnapshotError as exc:
-            message = names.ERROR_SNAPSHOT_GET_CREDENTIALS.format(content=name, error=exc.message)
+            name = str(content["metadata"]["name"])
+            message = names.ERROR_SNAPSHOT_MEMBER_CREDENTIALS.format(
+                content=name, error=exc.message
+            )
             raise SnapshotError(message) from None
 
     async def _snapshot_status(
         self, content: Body, secrets: dict[str, str] | None
-    ) -> tuple[bool, int, int]:
-        """`GetSnapshotStatus`: ready, creation time (ns, 0 if unknown), size."""
+    ) -> csi.Snapshot | None:
+        """`GetSnapshotStatus`: the driver's snapshot; None when the driver cannot tell (then
+        the handle is assumed valid and ready, as upstream does)."""
         name = str(content["metadata"]["name"])
         handle = decisions.snapshot_handle(content)
         if handle is None:
             raise SnapshotError(names.ERROR_SNAPSHOT_LIST_NO_HANDLE.format(content=name))
         try:
-            found = await self._read_snapshot(handle, secrets)
+            return await self._read_snapshot(handle, secrets)
         except (SnapshotError, CSIError) as exc:
             message = names.ERROR_SNAPSHOT_LIST.format(content=name, quoted=quoted(exc))
             raise SnapshotError(message) from None
-        if found is None:  # the driver cannot tell: assume the handle is valid (upstream)
-            return True, 0, 0
-        return bool(found.ready_to_use), nanoseconds(found.creation_time), found.size_bytes or 0
 
     async def _read_snapshot(
         self, handle: str, secrets: dict[str, str] | None
@@ -252,68 +239,39 @@ class Snapshotter(ContentController):
 
     # -- delete and release ----------------------------------------------------------------------
 
-    async def _delete_on_driver(self, content: Body) -> Outcome | None:
-        """DeleteSnapshot with the deletion secret: None when it succeeded, else the retry."""
-        name = str(content["metadata"]["name"])
-        try:
-            secrets = await self._credentials_from_annotations(content)
-        except SnapshotError as exc:
-            log.warning("snapshot_delete_failed", error=exc.message)
-            await self._event(
-                content,
-                names.REASON_SNAPSHOT_DELETE_ERROR,
-                names.MESSAGE_SNAPSHOT_CREDENTIALS_FAILED,
-            )
-            return RETRY
+    async def _call_delete(self, content: Body, secrets: dict[str, str] | None) -> dict[str, Any]:
+        """`csiHandler.DeleteSnapshot`."""
         handle = decisions.snapshot_handle(content)
-        try:
-            await self._call_delete(name, handle, secrets)
-        except (SnapshotError, CSIError) as exc:
-            error = names.ERROR_SNAPSHOT_DELETE.format(content=name, quoted=quoted(exc))
-            log.warning("snapshot_delete_failed", error=error)
-            await self._event(
-                content, names.REASON_SNAPSHOT_DELETE_ERROR, names.MESSAGE_SNAPSHOT_DELETE_FAILED
-            )
-            return RETRY
-        log.info("snapshot_deleted", snapshot_id=handle)
-        return None
-
-    async def _call_delete(
-        self, name: str, handle: str | None, secrets: dict[str, str] | None
-    ) -> None:
         if handle is None:
+            name = content["metadata"]["name"]
             raise SnapshotError(names.ERROR_SNAPSHOT_DELETE_NO_HANDLE.format(content=name))
         request = csi.DeleteSnapshotRequest(snapshot_id=handle, secrets=secrets or {})
         await self.csi.delete_snapshot(request, timeout=self.options.timeout)
+        return {"snapshot_id": handle}
+
+    def _delete_error(self, name: str, error: BaseException) -> str:
+        return names.ERROR_SNAPSHOT_DELETE.format(content=name, quoted=quoted(error))
 
     # -- writes ------------------------------------------------------------------------------------
 
-    async def _save_status(
-        self, content: Body, *, handle: str, ready: bool, created_ns: int, size: int
-    ) -> Body:
-        """`updateSnapshotContentStatus`: read the content from the API, fill in its status."""
-        name = str(content["metadata"]["name"])
-        try:
-            fresh = await self.api.get(kube.SNAPSHOT_CONTENTS, name)
-        except kube.KubeError as exc:
-            error = exc.message
-        else:
-            error = f'volumesnapshotcontents.snapshot.storage.k8s.io "{name}" not found'
-        if fresh is None:
-            message = names.ERROR_SNAPSHOT_GET_CONTENT.format(content=name, error=error)
-            raise SnapshotError(message, content=content)
-        self.contents.store(fresh)
-        status = decisions.updated_status(
-            fresh.get("status"),
-            handle=handle,
-            ready=ready,
-            created_ns=created_ns or time.time_ns(),
-            size=size,
+    async def _save_snapshot(self, content: Body, handle: str, found: csi.Snapshot | None) -> Body:
+        """`updateSnapshotContentStatus`: the driver's snapshot into the content's status (an
+        unknown creation time is now, as upstream's zero time)."""
+        ready = True if found is None else bool(found.ready_to_use)
+        created_ns = 0 if found is None else nanoseconds(found.creation_time)
+        size = 0 if found is None else found.size_bytes or 0
+        group = "" if found is None else found.group_snapshot_id
+        return await self._save_status(
+            content,
+            functools.partial(
+                decisions.updated_status,
+                handle=handle,
+                ready=ready,
+                created_ns=created_ns or time.time_ns(),
+                size=size,
+                group_handle=group,
+            ),
         )
-        if status is None:
-            return fresh
-        patch = [{"op": "add", "path": "/status", "value": status}]
-        return await self._write(fresh, patch, status=True, patch_type="json")
 
 
 def nanoseconds(when: datetime.datetime | None) -> int:

@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import aiohttp.web
 import kmock
 
-from kopf_csi.testing import apimachinery
+from kopf_csi.testing import apimachinery, discovery, openapi, tables
 from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.authorization import Authorizer
 from kopf_csi.testing.latency import Latency, LatencyModel, uniform_writes
@@ -227,12 +227,20 @@ class _HttpWatch:
         selectors: list[apimachinery.Selector],
         sent: collections.Counter[tuple[str, str]],
         sent_bytes: collections.Counter[str],
+        render: Callable[[Body], Body] | None = None,
     ) -> None:
         self.namespace = namespace
         self.selectors = selectors
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
         self.sent = sent  # the cluster's count of watch events, by (plural, type)
         self.sent_bytes = sent_bytes
+        self.render = render  # what each event carries instead of the object (a Table)
+
+    def line(self, type_: str, obj: Body, shared: bytes | None = None) -> bytes:
+        """The event line of `obj`; `shared`, the change's own, when it can be reused."""
+        if self.render is not None:
+            return _event_line(type_, self.render(obj))
+        return shared if shared is not None else _event_line(type_, obj)
 
     def put(self, plural: str, type_: str, line: bytes) -> None:
         self.sent[plural, type_] += 1
@@ -255,8 +263,8 @@ class _HttpWatch:
             type_ = "ADDED" if now else "DELETED"
         elif not now:
             return
-        line = change.line if type_ == change.type else _event_line(type_, change.object)
-        self.put(change.kind.plural, type_, line)
+        shared = change.line if type_ == change.type else None
+        self.put(change.kind.plural, type_, self.line(type_, change.object, shared))
 
     def close(self) -> None:
         self.queue.put_nowait(b"")
@@ -330,11 +338,34 @@ class Fault:
         return all(want is None or want == got for want, got in wanted)
 
 
+OTHER_WRITER = "other-writer"
+"""The field manager of the writes `Faults.lose_race` makes before ours."""
+
+
+def _other_writer(obj: Body) -> Body:
+    meta = obj["metadata"]
+    annotations = dict(meta.get("annotations") or {})
+    annotations["testing.kopf-csi.dev/other-writer"] = str(int(meta["resourceVersion"]) + 1)
+    return {**obj, "metadata": {**meta, "annotations": annotations}}
+
+
+@dataclasses.dataclass(eq=False)
+class Race:
+    """Another writer's write, made just before a matching write of ours (`lose_race`)."""
+
+    resource: str | None
+    name: str | None
+    times: int
+    subresource: str | None
+    change: Callable[[Body], Body]
+
+
 class Faults:
     """API faults to inject over HTTP (the Python-level API is never affected)."""
 
     def __init__(self) -> None:
         self._faults: list[Fault] = []
+        self._races: list[Race] = []
         self._cuts: list[list[Any]] = []  # [plural, events sent before the cut, times left]
 
     def cut_watch(self, resource: str, *, after: int = 1, times: int = 1) -> None:
@@ -369,24 +400,54 @@ class Faults:
         return fault
 
     def lose_race(
-        self, resource: str, name: str | None = None, *, times: int = 1, subresource: str = ""
-    ) -> Fault:
-        """The next patch of the object fails its `test` (someone wrote first): the real 422."""
-        status = apimachinery.failed_test("/metadata/resourceVersion")
-        return self.add(
-            422, verb="patch", resource=resource, name=name, times=times,
-            body=_dumps(status.status()), subresource=subresource,
-        )  # fmt: skip
+        self,
+        resource: str,
+        name: str | None = None,
+        *,
+        times: int = 1,
+        subresource: str | None = "",
+        change: Callable[[Body], Body] | None = None,
+    ) -> Race:
+        """Another writer writes the object just before each of our next `times` writes to it
+        (a PATCH or PUT; `subresource` as for `add`), as on a real server: a write guarded by
+        the version read before (a merge patch's or a PUT's resourceVersion) then answers the
+        real 409, a JSON patch's `test` the real bare 422, and an unguarded write goes
+        through. `change` is the other writer's edit (default: an annotation of its own)."""
+        race = Race(resource, name, times, subresource, change or _other_writer)
+        self._races.append(race)
+        return race
 
-    def remove(self, fault: Fault) -> None:
-        if fault in self._faults:
+    def take_race(
+        self, *, verb: str, plural: str, name: str | None, subresource: str | None
+    ) -> Race | None:
+        if verb not in ("patch", "update"):
+            return None
+        for race in self._races:
+            wanted = (
+                (race.resource, plural),
+                (race.name, name),
+                (race.subresource, subresource or ""),
+            )
+            if all(want is None or want == got for want, got in wanted):
+                race.times -= 1
+                if race.times <= 0:
+                    self._races.remove(race)
+                return race
+        return None
+
+    def remove(self, fault: Fault | Race) -> None:
+        if isinstance(fault, Race):
+            if fault in self._races:
+                self._races.remove(fault)
+        elif fault in self._faults:
             self._faults.remove(fault)
 
     def clear(self) -> None:
         self._faults.clear()
+        self._races.clear()
 
     def __len__(self) -> int:
-        return len(self._faults) + len(self._cuts)
+        return len(self._faults) + len(self._cuts) + len(self._races)
 
     def take(
         self, *, verb: str, plural: str, name: str | None, subresource: str | None = None
@@ -414,10 +475,21 @@ class _Discovery(kmock.KubernetesScaffold):
         response: aiohttp.web.StreamResponse = await super()._handle(request)
         return response
 
+    kinds: Mapping[tuple[str, str, str], Kind] = {}  # the cluster's, set by it
+
     async def _serve_version(self, request: kmock.Request) -> kmock.Payload:
-        payload = cast(Body, await super()._serve_version(request))
-        payload["groupVersion"] = payload["groupVersion"].lstrip("/")  # kmock says "/v1" for core
-        return payload
+        """A group version's resources with the real server's facts (``discovery``)."""
+        assert request.resource is not None  # kmock routes only /api/<v> and /apis/<g>/<v> here
+        group, version = str(request.resource.group), str(request.resource.version)
+        if group and not any(k[:2] == (group, version) for k in self.kinds):
+            raise kmock.KubernetesResourceNotFoundError()
+        return discovery.group_version(group, version, self.kinds.values())
+
+    async def _serve_server_version(self, request: kmock.Request) -> kmock.Payload:
+        return discovery.server_version()
+
+    async def _serve_api(self, request: kmock.Request) -> kmock.Payload:
+        return discovery.core_versions(request.url.host or "", request.url.port)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -455,7 +527,7 @@ def _verb(method: str, target: _Target, params: Mapping[str, str]) -> str | None
     if method == "GET":
         return "watch" if _truthy(params.get("watch")) else "get" if target.name else "list"
     verbs = (
-        {"POST": "create"}
+        {"POST": "create", "DELETE": "deletecollection"}
         if target.name is None
         else {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}
     )
@@ -518,6 +590,7 @@ class EmulatedCluster:
         self._rv = 0
         self._snapshots: dict[str, tuple[int, list[Body]]] = {}  # paginated LISTs in progress
         self._discovery = _Discovery()
+        self._discovery.kinds = self._kinds
         for kind in kinds:
             self.serve(kind)
         self._runner: aiohttp.web.ServerRunner | None = None
@@ -742,7 +815,7 @@ class EmulatedCluster:
     def _existing(self, kind: Kind, namespace: str | None, name: str) -> Body:
         obj = self._store[kind].get(self._key(kind, namespace, name))
         if obj is None:
-            raise StatusError(404, f'{kind.plural} "{name}" not found')
+            raise apimachinery.not_found(kind.plural, kind.group, name)
         return obj
 
     def _page(
@@ -939,6 +1012,26 @@ class EmulatedCluster:
         }
         return self._commit(kind, key, "MODIFIED", new, old)
 
+    def _delete_collection(
+        self, kind: Kind, namespace: str | None, params: Mapping[str, str]
+    ) -> Body:
+        """DELETE on a collection (its selectors apply): each object as a DELETE would; the
+        answer lists them as they were deleted or marked, as the real server's does."""
+        selected = self._list(
+            kind, namespace, params.get("labelSelector"), params.get("fieldSelector")
+        )
+        items = [
+            self._delete(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"], None)
+            for obj in selected
+        ]
+        meta = {"resourceVersion": str(self._rv)}
+        return {
+            "apiVersion": kind.api_version,
+            "kind": f"{kind.kind}List",
+            "metadata": meta,
+            "items": items,
+        }
+
     def _commit(
         self, kind: Kind, key: tuple[str, str], type_: str, obj: Body, old: Body | None
     ) -> Body:
@@ -968,7 +1061,7 @@ class EmulatedCluster:
         if initial:
             for obj in self._list(kind, watch.namespace):
                 if watch.matches(obj):
-                    watch.put(kind.plural, "ADDED", _event_line("ADDED", obj))
+                    watch.put(kind.plural, "ADDED", watch.line("ADDED", obj))
             if end_bookmark:
                 watch.queue.put_nowait(self._bookmark(kind, initial_end=True))
         elif since is not None:
@@ -1007,17 +1100,26 @@ class EmulatedCluster:
                 return aiohttp.web.json_response(refusal, status=refusal["code"], dumps=_dumps)
         target = _parse_path(request.path)
         watch = request.method == "GET" and _truthy(request.query.get("watch"))
-        async with self.latency.request(request.method, target, watch=watch):
-            if target is None:
-                if len(request.path) > 1 and request.path.endswith("/"):  # kmock: "/api/v1"
-                    path = request.path.rstrip("/")
-                    request = request.clone(rel_url=request.rel_url.with_path(path))
-                response: aiohttp.web.StreamResponse = await self._discovery(request)
-                return response
-            try:
-                return await self._serve(request, target)
-            except StatusError as error:
-                return aiohttp.web.json_response(error.status(), status=error.code, dumps=_dumps)
+        async with self.latency.request(request.method, target, watch=watch):  # latency.py
+            return await self._route(request, target)
+
+    async def _route(
+        self, request: aiohttp.web.BaseRequest, target: _Target | None
+    ) -> aiohttp.web.StreamResponse:
+        if target is None and request.path.startswith("/openapi/"):
+            return self._serve_openapi(request.path)
+        if target is None:
+            if len(request.path) > 1 and request.path.endswith("/"):  # kmock wants "/api/v1"
+                request = request.clone(rel_url=request.rel_url.with_path(request.path.rstrip("/")))
+            response: aiohttp.web.StreamResponse = await self._discovery(request)
+            return response
+        try:
+            response = await self._serve(request, target)
+        except StatusError as error:
+            return aiohttp.web.json_response(error.status(), status=error.code, dumps=_dumps)
+        for warning in request.get(_WARNINGS, ()):
+            response.headers.add("Warning", f'299 - "{_dumps(warning)[1:-1]}"')
+        return response
 
     @property
     def write_latency(self) -> float:
@@ -1048,10 +1150,20 @@ class EmulatedCluster:
         if fault is not None:
             raise StatusError(fault.code, fault.message)
         ns, name, sub = target.namespace, target.name or "", target.subresource
+        race = self.faults.take_race(
+            verb=verb, plural=kind.plural, name=target.name, subresource=sub
+        )
+        if race is not None and self._key(kind, ns, name) in self._store[kind]:
+            # Someone else writes the object first, between our read and our write.
+            self._count_write(OTHER_WRITER, "update", kind, None)
+            self._update(kind, ns, name, race.change, None, OTHER_WRITER)
         if verb == "watch":
             return await self._serve_watch(request, kind, target)
+        as_table = tables.wants_table(request.headers.get("Accept", ""))
         if verb == "list":
             items, meta = self._page(kind, ns, params)
+            if as_table:
+                return _table_response(kind, items, meta, params)
             body = {
                 "apiVersion": kind.api_version,
                 "kind": f"{kind.kind}List",
@@ -1062,17 +1174,37 @@ class EmulatedCluster:
         if verb == "get":
             if sub is not None and (sub != "status" or not kind.status):
                 raise StatusError(404, f"{kind.plural} has no subresource {sub!r}")
-            return aiohttp.web.json_response(self._existing(kind, ns, name), dumps=_dumps)
+            found = self._existing(kind, ns, name)
+            if as_table and sub is None:
+                meta = {"resourceVersion": found["metadata"]["resourceVersion"]}
+                return _table_response(kind, [found], meta, params)
+            if "as=PartialObjectMetadata" in request.headers.get("Accept", ""):
+                # As the real server: the metadata alone (a Secret's data stays on the server).
+                found = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                         "metadata": found.get("metadata", {})}  # fmt: skip
+            return aiohttp.web.json_response(found, dumps=_dumps)
         payload = await _read_json(request)
         manager = apimachinery.manager_name(
             params.get("fieldManager"), request.headers.get("User-Agent")
         )
         self._count_write(manager, verb, kind, sub)
+        warnings = request[_WARNINGS] = []
+        validate = _field_validation(kind, verb, params.get("fieldValidation"), warnings)
+        if verb in ("create", "update"):
+            validate(payload)
         if verb == "create":
             if kind.namespaced and ns is None:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
             return aiohttp.web.json_response(
                 self._create(kind, ns, payload, manager), status=201, dumps=_dumps
+            )
+        if verb == "deletecollection":
+            if verb not in discovery.facts(kind).verbs:  # namespaces
+                raise StatusError(
+                    405, "the server does not allow this method on the requested resource"
+                )
+            return aiohttp.web.json_response(
+                self._delete_collection(kind, ns, params), dumps=_dumps
             )
         if verb == "delete":
             preconditions = (
@@ -1085,8 +1217,22 @@ class EmulatedCluster:
             result = self._update(kind, ns, name, lambda old: payload, sub, manager)
         else:
             patcher = _patcher(kind, _patch_type(request.content_type))
-            result = self._update(kind, ns, name, lambda old: patcher(old, payload), sub, manager)
+            result = self._update(
+                kind, ns, name, lambda old: validate(patcher(old, payload)), sub, manager
+            )
         return aiohttp.web.json_response(result, dumps=_dumps)
+
+    def _serve_openapi(self, path: str) -> aiohttp.web.Response:
+        """``/openapi/v3`` and its group versions' documents (``openapi``); v2 is not served."""
+        body: Mapping[str, Any] | None = None
+        if path.rstrip("/") == "/openapi/v3":
+            body = openapi.index(self._kinds.values())
+        elif path.startswith("/openapi/v3/"):
+            body = openapi.served_document(path.removeprefix("/openapi/v3/"), self._kinds.values())
+        if body is None:
+            error = StatusError(404, "the server could not find the requested resource")
+            return aiohttp.web.json_response(error.status(), status=404, dumps=_dumps)
+        return aiohttp.web.json_response(body, dumps=_dumps)
 
     async def _serve_watch(
         self, request: aiohttp.web.BaseRequest, kind: Kind, target: _Target
@@ -1112,6 +1258,9 @@ class EmulatedCluster:
             selectors=selectors,
             sent=self.watch_events,
             sent_bytes=self.watch_bytes,
+            render=_table_events(kind, params)
+            if tables.wants_table(request.headers.get("Accept", ""))
+            else None,
         )
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         try:
@@ -1182,6 +1331,56 @@ class EmulatedCluster:
             if not lines[-1]:
                 break  # closed by the cluster
         await response.write_eof()
+
+
+# A request's field validation warnings (fieldValidation=Warn), for its Warning headers.
+_WARNINGS = aiohttp.web.RequestKey("kopf_csi_warnings", list[str])
+
+
+def _field_validation(
+    kind: Kind, verb: str, directive: str | None, warnings: list[str]
+) -> Callable[[Any], Any]:
+    """``fieldValidation`` as a check of the object a write proposes (a patch's result):
+    Strict refuses unknown fields with the real 400, Warn adds them to `warnings` for the
+    Warning headers; Ignore, or no directive, checks nothing (``openapi``)."""
+
+    def validate(proposed: Any) -> Any:
+        if directive in ("Strict", "Warn"):
+            unknown = openapi.unknown_fields(kind, proposed)
+            if unknown and directive == "Strict":
+                raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
+            warnings.extend(f'unknown field "{field}"' for field in unknown)
+        return proposed
+
+    return validate
+
+
+def _table_events(kind: Kind, params: Mapping[str, str]) -> Callable[[Body], Body]:
+    """A watch asked as a Table (``kubectl get -w``): each event's object is a one-row Table,
+    and only the first carries the column definitions, as the real server sends them."""
+    first = True
+
+    def render(obj: Body) -> Body:
+        nonlocal first
+        meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+        include = params.get("includeObject")
+        table = tables.table(kind.group, kind.plural, [obj], metadata=meta, include_object=include)
+        if not first:
+            table["columnDefinitions"] = None
+        first = False
+        return table
+
+    return render
+
+
+def _table_response(
+    kind: Kind, items: list[Body], meta: Mapping[str, Any], params: Mapping[str, str]
+) -> aiohttp.web.Response:
+    """What ``kubectl get`` asks for: a meta.k8s.io/v1 Table (``tables``)."""
+    body = tables.table(
+        kind.group, kind.plural, items, metadata=meta, include_object=params.get("includeObject")
+    )
+    return aiohttp.web.json_response(body, dumps=_dumps)
 
 
 def _tidy(meta: Body) -> Body:

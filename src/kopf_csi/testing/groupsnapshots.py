@@ -17,20 +17,27 @@ What it mirrors (read, not copied):
 - the group gets its bound-protection finalizer, and a status copied from its content:
   boundVolumeGroupSnapshotContentName, readyToUse, creationTime, error;
 - once the content's status lists the member snapshots (`volumeSnapshotInfoList`), each gets
-  a VolumeSnapshotContent (pre-provisioned: `source.snapshotHandle`, `status.
-  volumeGroupSnapshotHandle` naming the group) and a VolumeSnapshot bound to it, labelled with
-  the group's name, owned by the group, with the in-group finalizer; the member snapshots get
-  their status from their contents like any snapshot, so a claim restores from one as usual;
+  a VolumeSnapshotContent and a VolumeSnapshot bound to it, labelled with the group's name,
+  owned by the group, with the in-group finalizer. The content is upstream's: the member's
+  volume as `source.volumeHandle`, no class, the annotation
+  `groupsnapshot.storage.k8s.io/volumeGroupSnapshotHandle`, the group's secret in the
+  deletion-secret annotations, and a status written here, whole (snapshotHandle,
+  volumeGroupSnapshotHandle, readyToUse, restoreSize, creationTime), in a second write after
+  the create, so that the csi-snapshotter sees the content first without a status, as it does
+  on a real server. The member snapshots get their status from their contents like any
+  snapshot, so a claim restores from one as usual;
 - a deleted group deletes its member snapshots (dropping their in-group finalizer; their
   contents are deleted as any snapshot's, and the csi-snapshotter only releases a member
   content), marks its content being-deleted and, under deletionPolicy Delete, deletes it and
   waits until it is gone (the csi-snapshotter calls DeleteVolumeGroupSnapshot and removes the
   finalizer); under Retain the content stays. Then the group loses its finalizer.
 
+Member names are upstream's: `snapshot-<sha256>` and `snapcontent-<sha256>` of the group's
+uid and the member's volume handle.
+
 Left out: pre-provisioned groups (`volumeGroupSnapshotContentName`), `matchExpressions`,
-events, and the time suffix of upstream's member names (here `snapshot-<sha256>` and
-`snapcontent-<sha256>` of the group content's and the volume's uids, so that tests can name
-them).
+events, and upstream's member VolumeSnapshot source (the member's claim, with the snapshot
+bound by its status at once; here `volumeSnapshotContentName`, which binds it the same way).
 """
 
 from __future__ import annotations
@@ -54,9 +61,10 @@ def group_content_name(group: Body) -> str:
     return names.GROUP_SNAPSHOT_CONTENT_NAME_PREFIX + str(group["metadata"]["uid"])
 
 
-def member_names(group_content_uid: str, volume_uid: str) -> tuple[str, str]:
-    """(VolumeSnapshot, VolumeSnapshotContent) names of one member."""
-    digest = hashlib.sha256((group_content_uid + volume_uid).encode()).hexdigest()
+def member_names(group_uid: str, volume_handle: str) -> tuple[str, str]:
+    """(VolumeSnapshot, VolumeSnapshotContent) names of one member, as upstream's
+    `getSnapshotNameForVolumeGroupSnapshotContent` and its content twin."""
+    digest = hashlib.sha256((group_uid + volume_handle).encode()).hexdigest()
     return f"snapshot-{digest}", f"snapcontent-{digest}"
 
 
@@ -253,7 +261,7 @@ class GroupSnapshotController(SnapshotController):
             if volume is None or not info.get("snapshotHandle"):
                 continue
             snapshot_name, member_content = member_names(
-                str(_meta(content)["uid"]), str(_meta(volume)["uid"])
+                str(_meta(group)["uid"]), str(info["volumeHandle"])
             )
             namespace = _meta(group)["namespace"]
             snapshot = self._get("volumesnapshots", snapshot_name, namespace)
@@ -297,28 +305,57 @@ class GroupSnapshotController(SnapshotController):
         volume: Body,
         handle: str,
     ) -> None:
+        """As upstream: a dynamic-looking content (the member's volume as its source, no
+        class), marked as a member by the group handle annotation, with the group's secret in
+        the deletion-secret annotations; then its whole status, from the group content's list,
+        in a second write. The csi-snapshotter leaves such a content alone."""
         meta = _meta(snapshot)
+        annotations = {names.ANN_GROUP_SNAPSHOT_HANDLE: handle}
+        group_annotations = _meta(group_content).get("annotations") or {}
+        secret_keys = (
+            (
+                names.ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAME,
+                names.ANN_SNAPSHOT_DELETION_SECRET_NAME,
+            ),
+            (
+                names.ANN_GROUP_SNAPSHOT_DELETION_SECRET_NAMESPACE,
+                names.ANN_SNAPSHOT_DELETION_SECRET_NAMESPACE,
+            ),
+        )
+        if all(group_key in group_annotations for group_key, _ in secret_keys):
+            for group_key, key in secret_keys:
+                annotations[key] = group_annotations[group_key]
         body = {
             "apiVersion": "snapshot.storage.k8s.io/v1",
             "kind": "VolumeSnapshotContent",
-            "metadata": {"name": name, "finalizers": [names.FINALIZER_SNAPSHOT_CONTENT_BOUND]},
+            "metadata": {
+                "name": name,
+                "annotations": annotations,
+                "finalizers": [names.FINALIZER_SNAPSHOT_CONTENT_BOUND],
+            },
             "spec": {
                 "volumeSnapshotRef": {
                     "kind": names.KIND_VOLUME_SNAPSHOT,
-                    "apiVersion": "snapshot.storage.k8s.io/v1",
                     "name": meta["name"],
                     "namespace": meta["namespace"],
                     "uid": meta["uid"],
                 },
-                "source": {"snapshotHandle": info["snapshotHandle"]},
+                "source": {"volumeHandle": info["volumeHandle"]},
                 "deletionPolicy": _spec(group_content).get("deletionPolicy", "Delete"),
                 "driver": _spec(group_content).get("driver"),
                 "sourceVolumeMode": _spec(volume).get("volumeMode") or "Filesystem",
             },
         }
         created = self._create("volumesnapshotcontents", body)
-        status = {"status": {"volumeGroupSnapshotHandle": handle}}
-        self._patch("volumesnapshotcontents", created, status, status=True)
+        status: dict[str, object] = {
+            "snapshotHandle": info["snapshotHandle"],
+            "volumeGroupSnapshotHandle": handle,
+            "readyToUse": bool(info.get("readyToUse")),
+        }
+        for key in ("creationTime", "restoreSize"):
+            if info.get(key) is not None:
+                status[key] = info[key]
+        self._patch("volumesnapshotcontents", created, {"status": status}, status=True)
 
     # --- A deleted group ---------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ class OperatorThread:
         self.memo = runtime.OperatorMemo(
             settings=settings, registry=self.registry, stop_operator=self.request_stop
         )
+        self._loaded = False
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,8 +56,15 @@ class OperatorThread:
         self.error: BaseException | None = None
         self.stop_reason: str | None = None  # why the operator stopped itself, if it did
 
-    def _load(self) -> None:
-        modules.load(self.modules, registry=self.registry)
+    def load(self) -> None:
+        """Import the handler modules into this run's registry; ``start()`` does it if not yet.
+
+        Raises ``modules.ModuleLoadError`` for a module that is not there, and whatever a
+        module raises on import: a caller that loads first fails before anything starts.
+        """
+        if not self._loaded:
+            modules.load(self.modules, registry=self.registry)
+            self._loaded = True
 
     def _run(self) -> None:
         _quiet_signal_warning()
@@ -92,7 +100,7 @@ class OperatorThread:
         The emulated API and the driver usually run in the caller's loop: blocking it here
         would deadlock kopf's start-up against them.
         """
-        self._load()
+        self.load()
         self._thread = threading.Thread(target=self._run, name="kopf-operator", daemon=True)
         self._thread.start()
         if not await asyncio.to_thread(self._ready.wait, self.start_timeout):

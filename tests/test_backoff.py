@@ -1,4 +1,4 @@
-"""Per-claim exponential backoff, as client-go's `ItemExponentialFailureRateLimiter`.
+"""The queue's per-key exponential backoff, as client-go's `ItemExponentialFailureRateLimiter`.
 
 We test these aspects:
 - 1 s, 2 s, 4 s ... doubling from the first failure, capped at the maximum, forever;
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kopf_csi.provisioning.backoff import next_delay
+from kopf_csi.queueing import next_delay
 
 
 @pytest.mark.parametrize(

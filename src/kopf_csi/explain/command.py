@@ -1,0 +1,127 @@
+"""`kopf-csi explain KIND/[NAMESPACE/]NAME`, also `kubectl csi explain ...` (`kubectl-csi`).
+
+Exit codes: 0 healthy or done, 1 explained as blocked (or still waiting), 2 explain itself could
+not work (a wrong name, no kubeconfig, an unreachable API: one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+from kopf_csi.explain.observed import ExplainError
+from kopf_csi.targets import TargetError, parse_target
+
+__all__ = ["add_arguments", "explain", "kubectl_main", "main"]
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds explain waits for the API in all before it gives up (`--request-timeout`)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ExplainError(f"{message} (see {self.prog} --help)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """explain's arguments, on `kopf-csi explain` and on `kubectl-csi explain`."""
+    parser.add_argument(
+        "target",
+        nargs="+",
+        metavar="KIND/[NAMESPACE/]NAME",
+        help="what to explain: pvc, pv, va, vs, vsc or vgs (kubectl's names work too),"
+        " like pvc/default/data; `pvc data -n default` works too",
+    )
+    parser.add_argument("-n", "--namespace", help="the namespace when TARGET names none")
+    parser.add_argument("--kubeconfig", help="the kubeconfig (else $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument("--context", help="the kubeconfig context (else its current one)")
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="the output format"
+    )
+    parser.add_argument(
+        "--operator",
+        metavar="URL",
+        help="the operator's --http-endpoint (http://host:8080): adds what only it knows"
+        " (its work queue, last error, journal, Leases)",
+    )
+    parser.add_argument(
+        "--request-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+        help=f"give up after this long in all [{DEFAULT_TIMEOUT:g}]",
+    )  # fmt: skip
+
+
+async def explain(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[int, str]:
+    """The exit code and the output (text or JSON) for parsed arguments."""
+    from kopf_csi.explain import reading, rendering, rules  # late: `kopf-csi --help` stays quick
+
+    text = args.target[0] if len(args.target) == 1 else "/".join(args.target)
+    try:
+        target = parse_target(text, default_namespace=args.namespace)
+    except TargetError as exc:
+        raise ExplainError(str(exc)) from None
+    kubeconfig = reading.kubeconfig_path(args.kubeconfig, dict(env))
+    api = await reading.connect(kubeconfig, args.context)
+    try:
+        async with asyncio.timeout(args.request_timeout):
+            seen = await reading.read(api, target, server=api.server)
+            if args.operator:
+                await reading.read_operator(seen, args.operator)
+    except TimeoutError:
+        raise ExplainError(
+            f"the Kubernetes API at {api.server} did not answer within {args.request_timeout:g}s"
+        ) from None
+    finally:
+        await api.close()
+    diagnosis = rules.diagnose(seen)
+    render = rendering.as_json if args.output == "json" else rendering.as_text
+    return diagnosis.exit_code, render(diagnosis)
+
+
+def run(args: argparse.Namespace, env: Mapping[str, str], *, prog: str) -> int:
+    """Print the verdict (or the one-line error) and return the exit code."""
+    from kopf_csi.explain import rendering
+
+    try:
+        code, output = asyncio.run(explain(args, env))
+    except ExplainError as exc:
+        if getattr(args, "output", "text") == "json":
+            sys.stdout.write(rendering.error_json(str(exc)))
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(output)
+    return code
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """`kopf-csi explain ...` without the rest of kopf-csi's command line (for tests)."""
+    parser = _Parser(prog="kopf-csi explain", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return _parse_and_run(parser, argv, env)
+
+
+def kubectl_main() -> None:
+    """The `kubectl-csi` plugin: `kubectl csi explain pvc/ns/data [--context ...]`."""
+    parser = _Parser(prog="kubectl csi", description="kopf-csi's kubectl plugin.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    add_arguments(commands.add_parser("explain", help=__doc__.split("\n\n")[0]))
+    sys.exit(_parse_and_run(parser, None, None, prog="kubectl csi explain"))
+
+
+def _parse_and_run(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    env: Mapping[str, str] | None,
+    *,
+    prog: str = "kopf-csi explain",
+) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parser.parse_args(argv)
+    except ExplainError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    return run(args, os.environ if env is None else env, prog=prog)

@@ -1,0 +1,855 @@
+"""The diagnosis: a pure function from what was read (`Observed`) to a verdict (`Diagnosis`).
+
+Each kind has a chain, walked in the order its object depends on things; every step adds one
+line of evidence, and the first step that finds something wrong ends the walk with a blocker
+and what to do. Nothing here reads the API or the clock: `Observed.now` is the moment of the
+reading, so every rule is table-tested on plain dicts (tests/explain/test_rules.py).
+
+Secrets: the evidence names a secret only where the Go sidecars' own events and PV fields do
+(the provisioner's `secrets "x" not found`), never a value, and never a StorageClass parameter
+that names or holds a secret (`csi.storage.k8s.io/*secret*`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kopf_csi import names
+from kopf_csi.explain.observed import Body, Diagnosis, Observed, State
+from kopf_csi.leases import parse_microtime
+from kopf_csi.provisioning.quantities import parse_quantity
+
+__all__ = ["diagnose", "grpc_code", "is_secret_parameter"]
+
+IN_PROGRESS_CODES = frozenset({"Canceled", "DeadlineExceeded", "Unavailable", "Aborted"})
+"""gRPC codes after which the driver may still be working (external-provisioner `checkError`):
+retried, and not the driver's final word."""
+
+PROTECTION_FINALIZERS = frozenset({"kubernetes.io/pv-protection", "kubernetes.io/pvc-protection"})
+
+_CODE = re.compile(r"code = (\w+)")
+
+
+class _Stop(Exception):
+    def __init__(self, diagnosis: Diagnosis) -> None:
+        self.diagnosis = diagnosis
+
+
+class _Walk:
+    """The evidence gathered so far along one chain, and the ways a walk ends."""
+
+    def __init__(self, seen: Observed) -> None:
+        self.seen = seen
+        self.evidence: list[str] = []
+
+    def fact(self, line: str) -> None:
+        self.evidence.append(line)
+
+    def blocked(self, blocker: str, summary: str, *steps: str) -> _Stop:
+        return self._end(State.BLOCKED, summary, steps, blocker)
+
+    def progressing(self, blocker: str, summary: str, *steps: str) -> _Stop:
+        return self._end(State.PROGRESSING, summary, steps, blocker)
+
+    def healthy(self, summary: str) -> Diagnosis:
+        return Diagnosis(self.seen.target, State.HEALTHY, summary, tuple(self.evidence))
+
+    def _end(self, state: State, summary: str, steps: Iterable[str], blocker: str) -> _Stop:
+        self._operator_facts()
+        diagnosis = Diagnosis(
+            self.seen.target, state, summary, tuple(self.evidence), tuple(steps), blocker
+        )
+        return _Stop(diagnosis)
+
+    def _operator_facts(self) -> None:
+        """What the operator said about the object, once, at the end (when asked)."""
+        if self.seen.operator_error:
+            self.fact(f"operator: not reachable ({self.seen.operator_error})")
+        if self.seen.operator is not None:
+            self.evidence.extend(operator_lines(self.seen.operator))
+
+
+def diagnose(seen: Observed) -> Diagnosis:
+    """The verdict on `seen.target` from the objects read."""
+    walk = _Walk(seen)
+    chain = _CHAINS[seen.target.kind]
+    try:
+        return chain(walk)
+    except _Stop as stop:
+        return stop.diagnosis
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("status") or {}
+
+
+def _spec(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("spec") or {}
+
+
+def _age(seen: Observed, timestamp: str | None) -> float | None:
+    moment = parse_microtime(timestamp)
+    return None if moment is None else (seen.now - moment).total_seconds()
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "at an unknown time"
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def grpc_code(message: str) -> str | None:
+    """The gRPC code an error text carries (`rpc error: code = Internal desc = ...`)."""
+    match = _CODE.search(message)
+    return match[1] if match else None
+
+
+def is_secret_parameter(key: str) -> bool:
+    """A StorageClass parameter that names (or holds) a secret: never shown."""
+    lowered = key.lower()
+    return "secret" in lowered
+
+
+def _warnings(seen: Observed, *reasons: str) -> list[Body]:
+    """The object's Warning events with one of `reasons`, the latest first."""
+    found = [
+        event
+        for event in seen.events
+        if event.get("type") == "Warning" and (not reasons or event.get("reason") in reasons)
+    ]
+    return sorted(found, key=_event_time, reverse=True)
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+
+
+def _event_line(seen: Observed, event: Mapping[str, Any]) -> str:
+    count = int(event.get("count") or 1)
+    times = f", {count} times" if count > 1 else ""
+    when = _ago(_age(seen, _event_time(event)))
+    return f"event {event.get('reason')} ({when}{times}): {event.get('message', '')}"
+
+
+def _has_events_from_provisioner(seen: Observed) -> bool:
+    ours = {
+        names.REASON_PROVISIONING,
+        names.REASON_PROVISIONING_FAILED,
+        names.REASON_PROVISIONING_SUCCEEDED,
+    }
+    return any(event.get("reason") in ours for event in seen.events)
+
+
+def operator_lines(state: Mapping[str, Any]) -> list[str]:
+    """The operator's knowledge of the object (its `/debug/objects` answer), one line a fact."""
+    lines = []
+    for queue in state.get("queues") or []:
+        parts = [f"operator: in its {queue.get('queue')} queue"]
+        if queue.get("processing_for") is not None:
+            parts.append(f"being worked on for {queue['processing_for']:.1f}s")
+        elif queue.get("position") is not None:
+            parts.append(f"waiting its turn: {queue['position']} of {queue.get('depth')} queued")
+        if queue.get("next_retry_in") is not None:
+            parts.append(f"next retry in {queue['next_retry_in']:.1f}s")
+        if queue.get("failures"):
+            parts.append(f"{queue['failures']} failed attempts")
+        lines.append(", ".join(parts))
+    event = state.get("last_event")
+    if event:
+        lines.append(
+            f"operator: its last {event.get('type')} event {event.get('reason')}"
+            f" ({event.get('age', 0):.0f}s ago): {event.get('message')}"
+        )
+    if state.get("journal") is not None:
+        recorded = state["journal"].get("recorded")
+        lines.append(
+            "operator: in its in-flight journal (CreateVolume may be running)"
+            if recorded
+            else "operator: not in its in-flight journal"
+        )
+    leases = state.get("leases")
+    if leases:
+        held = ", ".join(f"{name}: {holder or 'nobody'}" for name, holder in leases.items())
+        lines.append(f"operator: replica {state.get('identity')} sees the Leases held by {held}")
+    return lines
+
+
+def _queue_state(seen: Observed) -> Mapping[str, Any] | None:
+    queues = (seen.operator or {}).get("queues") or []
+    return queues[0] if queues else None
+
+
+# -- PersistentVolumeClaim --------------------------------------------------------------------
+
+
+def _claim(walk: _Walk) -> Diagnosis:
+    seen = walk.seen
+    claim = seen.object
+    phase = _status(claim).get("phase") or "Pending"
+    walk.fact(f"claim {seen.target.namespace}/{seen.target.name}: phase {phase}")
+    if phase == "Bound":
+        return _bound_claim(walk)
+    if phase == "Lost":
+        raise walk.blocked(
+            "claim-lost",
+            f"the claim is Lost: its volume {_spec(claim).get('volumeName')} is gone",
+            "restore the PersistentVolume, or delete the claim and make a new one",
+        )
+    storage_class = _storage_class(walk)
+    provisioner = str(storage_class.get("provisioner") or "")
+    _served(walk, provisioner, storage_class)
+    node = _consumer(walk, storage_class)
+    if node is not None:
+        _node(walk, node, provisioner)
+    _secrets(walk)
+    _data_source(walk)
+    _capacity(walk, storage_class, node)
+    _volume_of_pending(walk)
+    _provisioning_failures(walk)
+    _operator_progress(walk)
+    raise walk.progressing(
+        "provisioning",
+        f"waiting for {provisioner} to provision the volume; nothing wrong found yet",
+        "look again in a few seconds; the claim's events say when provisioning starts and ends",
+    )
+
+
+def _storage_class(walk: _Walk) -> Body:
+    seen = walk.seen
+    name = seen.storage_class_name
+    if "storageclass" in seen.unreadable:
+        raise walk.blocked(
+            "storageclass-unreadable",
+            f"cannot read the StorageClass: {seen.unreadable['storageclass']}",
+            "run explain with a user allowed to read StorageClasses (manifests/explain)",
+        )
+    if not name:
+        raise walk.blocked(
+            "storageclass-none",
+            "the claim names no StorageClass and the cluster has no default one",
+            "set spec.storageClassName on a new claim, or mark a class as the default"
+            ' (storageclass.kubernetes.io/is-default-class: "true")',
+        )
+    storage_class = seen.storage_class
+    if storage_class is None:
+        raise walk.blocked(
+            "storageclass-missing",
+            f'StorageClass "{name}" not found',
+            f'create StorageClass "{name}", or make a new claim with an existing class'
+            " (spec.storageClassName cannot be changed)",
+        )
+    binding = storage_class.get("volumeBindingMode") or "Immediate"
+    walk.fact(
+        f"StorageClass {name}: provisioner {storage_class.get('provisioner')}, binding {binding}"
+    )
+    return storage_class
+
+
+def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> None:
+    """Whether an operator serves `provisioner` now: its Lease, its holder, its renewal."""
+    seen = walk.seen
+    if seen.csi_driver is not None:
+        walk.fact(f"CSIDriver {provisioner}: registered")
+    elif "csidriver" not in seen.unreadable:
+        walk.fact(f"CSIDriver {provisioner}: not registered (no CSIDriver object)")
+    served = _served_by_operator(seen, provisioner)
+    if served is True:
+        walk.fact(f"operator: serves {provisioner}")
+    if "leases" in seen.unreadable:
+        walk.fact(f"Lease {seen.lease_name}: cannot be read ({seen.unreadable['leases']})")
+        return
+    live = []
+    for lease in seen.leases:
+        where = f"{_meta(lease).get('namespace')}/{_meta(lease).get('name')}"
+        spec = _spec(lease)
+        holder = spec.get("holderIdentity") or ""
+        duration = float(spec.get("leaseDurationSeconds") or 0)
+        age = _age(seen, spec.get("renewTime") or spec.get("acquireTime"))
+        if not holder:
+            walk.fact(f"Lease {where}: held by nobody (released {_ago(age)})")
+            continue
+        renewed = age is not None and age <= duration
+        walk.fact(
+            f"Lease {where}: held by {holder}, renewed {_ago(age)}"
+            f" (valid for {duration:.0f}s{'' if renewed else ': expired'})"
+        )
+        if renewed:
+            live.append(lease)
+    if live or served is True:
+        return
+    if seen.leases:
+        holders = [str(_spec(lease).get("holderIdentity") or "") for lease in seen.leases]
+        holder = next((h for h in holders if h), "")
+        if holder:
+            raise walk.blocked(
+                "lease-stale",
+                f"no operator serves {provisioner}: the Lease is held by {holder}, which stopped"
+                " renewing it (by this machine's clock)",
+                f"check the replica {holder} (its pod, its logs); a standby takes the Lease over"
+                " once it has seen it unrenewed for its duration",
+                "if no replica runs any more, start the operator (kopf-csi run --leader-election)",
+            )
+        raise walk.blocked(
+            "lease-free",
+            f"no operator serves {provisioner}: its Lease is held by nobody",
+            "start the operator for this driver, or check why its replicas do not take the Lease",
+        )
+    if served is False:
+        raise walk.blocked(
+            "provisioner-unserved",
+            f"the operator asked does not serve {provisioner}",
+            f"run an operator for {provisioner}, or use a class whose provisioner it serves",
+        )
+    waiting = _waits_for_consumer(seen, storage_class)
+    if not waiting and not _has_events_from_provisioner(seen):
+        raise walk.blocked(
+            "provisioner-unserved",
+            f"no running operator serves provisioner {provisioner}: no Lease {seen.lease_name}"
+            " in any namespace, and no event from it on this claim",
+            f"start the operator (or Go sidecars) for {provisioner}, with --leader-election",
+            "or check the class: its provisioner must be the driver's name"
+            " (kubectl get csidrivers)",
+        )
+
+
+def _served_by_operator(seen: Observed, provisioner: str) -> bool | None:
+    if seen.operator is None:
+        return None
+    provisioners = seen.operator.get("provisioners")
+    if provisioners is None:
+        return None
+    return provisioner in provisioners
+
+
+def _waits_for_consumer(seen: Observed, storage_class: Mapping[str, Any]) -> bool:
+    selected = _annotations(seen.object).get(names.ANN_SELECTED_NODE)
+    return storage_class.get("volumeBindingMode") == "WaitForFirstConsumer" and not selected
+
+
+def _consumer(walk: _Walk, storage_class: Mapping[str, Any]) -> str | None:
+    """The node the volume is for: WaitForFirstConsumer's selected node; None for Immediate."""
+    seen = walk.seen
+    selected = _annotations(seen.object).get(names.ANN_SELECTED_NODE)
+    if storage_class.get("volumeBindingMode") != "WaitForFirstConsumer":
+        return selected or None
+    if selected:
+        walk.fact(f"selected node: {selected} (annotation {names.ANN_SELECTED_NODE})")
+        return str(selected)
+    if not seen.pods:
+        raise walk.blocked(
+            "no-consumer",
+            "waiting for a first consumer: no pod uses this claim"
+            " (the class binds WaitForFirstConsumer)",
+            "create a pod that mounts the claim; the scheduler then picks a node for it",
+            "or use a class with volumeBindingMode Immediate",
+        )
+    for pod in seen.pods:
+        node = _spec(pod).get("nodeName")
+        walk.fact(f"pod {_meta(pod).get('name')}: uses the claim, node {node or '(none yet)'}")
+    raise walk.blocked(
+        "consumer-unscheduled",
+        f"waiting for the scheduler: pod {_meta(seen.pods[0]).get('name')} uses the claim but no"
+        " node has been selected for it",
+        "kubectl describe pod: the scheduler's events say why no node fits",
+    )
+
+
+def _node(walk: _Walk, node: str, provisioner: str) -> None:
+    seen = walk.seen
+    if seen.node is None and "node" not in seen.unreadable:
+        raise walk.blocked(
+            "node-missing",
+            f'the selected node "{node}" does not exist',
+            "delete the pod so the scheduler picks another node (the provisioner then"
+            " drops the annotation), or remove the selected-node annotation",
+        )
+    if seen.csinode is None:
+        if "csinode" in seen.unreadable:
+            return
+        raise walk.blocked(
+            "csinode-missing",
+            f"the selected node {node} has no CSINode: "
+            + names.MESSAGE_CSINODE_NOT_FOUND.format(node=node),
+            f"check the kubelet on {node} and the driver's node plugin"
+            " (node-driver-registrar) there",
+        )
+    drivers = [d for d in _spec(seen.csinode).get("drivers") or [] if d.get("name") == provisioner]
+    if not drivers:
+        raise walk.blocked(
+            "csinode-without-driver",
+            names.MESSAGE_CSINODE_WITHOUT_DRIVER.format(node=node, driver=provisioner),
+            f"start the driver's node plugin on {node} (its node-driver-registrar registers it)",
+        )
+    keys = drivers[0].get("topologyKeys") or []
+    walk.fact(f"CSINode {node}: driver {provisioner} registered, topology keys {keys}")
+
+
+def _secrets(walk: _Walk) -> None:
+    seen = walk.seen
+    if seen.secret_error:
+        raise walk.blocked(
+            "secret-reference",
+            f"the class's secret parameters are wrong: {seen.secret_error}",
+            "fix the StorageClass's csi.storage.k8s.io/*-secret-* parameters (a new class)",
+        )
+    if "secrets" in seen.unreadable:
+        walk.fact(f"provisioner secret: cannot be checked ({seen.unreadable['secrets']})")
+        return
+    for ref, exists in seen.secrets.items():
+        if not exists:
+            namespace, _, name = ref.partition("/")
+            raise walk.blocked(
+                "secret-missing",
+                f"the provisioner secret {ref} does not exist:"
+                f" {names.MESSAGE_SECRET_NOT_FOUND.format(name=name)}",
+                f"create the secret {name} in namespace {namespace}",
+            )
+        walk.fact(f"provisioner secret {ref}: exists")
+
+
+def _data_source(walk: _Walk) -> None:
+    seen = walk.seen
+    spec = _spec(seen.object)
+    source = spec.get("dataSourceRef") or spec.get("dataSource")
+    if not source:
+        return
+    kind, name = source.get("kind"), source.get("name")
+    namespace = source.get("namespace") or seen.target.namespace
+    what = f"{kind} {namespace}/{name}"
+    if kind not in (names.KIND_PERSISTENT_VOLUME_CLAIM, names.KIND_VOLUME_SNAPSHOT):
+        walk.fact(f"data source: {what} (a populator's: not ours to check)")
+        return
+    if seen.source is None:
+        raise walk.blocked(
+            "source-missing",
+            f"the data source {what} does not exist",
+            f"create {what}, or make a new claim without it",
+        )
+    if kind == names.KIND_PERSISTENT_VOLUME_CLAIM:
+        phase = _status(seen.source).get("phase") or "Pending"
+        if phase != "Bound":
+            raise walk.blocked(
+                "source-not-ready",
+                f"the data source {what} is not Bound (phase {phase}): it cannot be cloned yet",
+                f"explain pvc/{namespace}/{name}",
+            )
+        walk.fact(f"data source {what}: Bound")
+        return
+    status = _status(seen.source)
+    if status.get("readyToUse") is not True:
+        error = (status.get("error") or {}).get("message")
+        raise walk.blocked(
+            "source-not-ready",
+            f"the data source {what} is not ready to use" + (f": {error}" if error else ""),
+            f"explain vs/{namespace}/{name}",
+        )
+    walk.fact(f"data source {what}: ready to use")
+
+
+def _capacity(walk: _Walk, storage_class: Mapping[str, Any], node: str | None) -> None:
+    """CSIStorageCapacity for the class, on the selected node's topology (or anywhere)."""
+    seen = walk.seen
+    if seen.csi_driver is not None and not _spec(seen.csi_driver).get("storageCapacity"):
+        return  # the scheduler does not check capacity for this driver, nor do we
+    name = _meta(storage_class).get("name")
+    mine = [c for c in seen.capacities if c.get("storageClassName") == name]
+    if not mine:
+        return
+    labels = _meta(seen.node).get("labels") or {}
+    if node is not None:
+        mine = [c for c in mine if _matches(c.get("nodeTopology"), labels)]
+    if not mine:
+        return
+    wanted = _requested(seen.object)
+    best = max((_capacity_of(c) for c in mine), default=None)
+    where = f"node {node}" if node else "any topology segment"
+    if best is None or wanted is None:
+        return
+    walk.fact(f"capacity for class {name} on {where}: at most {best} bytes, {wanted} requested")
+    if best < wanted:
+        raise walk.blocked(
+            "capacity-exhausted",
+            f"not enough capacity for class {name} on {where}: {best} bytes, {wanted} requested",
+            "free space on the storage, ask for less, or let the pod go to a node with room",
+        )
+
+
+def _matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    if not selector:
+        return True
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, op, values = (
+            expression.get("key"),
+            expression.get("operator"),
+            expression.get("values"),
+        )
+        present = key in labels
+        if op == "In" and labels.get(key) not in (values or []):
+            return False
+        if op == "NotIn" and labels.get(key) in (values or []):
+            return False
+        if (op == "Exists") != present and op in ("Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+def _capacity_of(capacity: Mapping[str, Any]) -> int:
+    for field in ("maximumVolumeSize", "capacity"):
+        if capacity.get(field) is not None:
+            return int(parse_quantity(str(capacity[field])))
+    return 0
+
+
+def _requested(claim: Mapping[str, Any]) -> int | None:
+    value = ((_spec(claim).get("resources") or {}).get("requests") or {}).get("storage")
+    return None if value is None else int(parse_quantity(str(value)))
+
+
+def _volume_of_pending(walk: _Walk) -> None:
+    seen = walk.seen
+    if seen.volume is None:
+        return
+    name = _meta(seen.volume).get("name")
+    phase = _status(seen.volume).get("phase")
+    walk.fact(f"PersistentVolume {name}: made, phase {phase}")
+    raise walk.progressing(
+        "binding",
+        f"the volume {name} is provisioned; waiting for the controller manager to bind the claim",
+        "if this lasts, check kube-controller-manager (its persistentvolume-binder controller)",
+    )
+
+
+def _provisioning_failures(walk: _Walk) -> None:
+    seen = walk.seen
+    failures = _warnings(seen, names.REASON_PROVISIONING_FAILED)
+    if not failures:
+        return
+    latest = failures[0]
+    walk.fact(_event_line(seen, latest))
+    message = str(latest.get("message") or "")
+    code = grpc_code(message)
+    queue = _queue_state(seen)
+    if queue and queue.get("failures"):
+        walk.fact(f"operator: {queue['failures']} failed attempts so far")
+    if code in IN_PROGRESS_CODES:
+        raise walk.blocked(
+            "createvolume-transient",
+            f"CreateVolume did not finish ({code}): the driver may still be working;"
+            " retried with backoff",
+            "check the CSI driver (its logs, its back end); a call that times out each time"
+            " needs a longer --timeout or a healthier back end",
+        )
+    if code == "ResourceExhausted":
+        raise walk.blocked(
+            "createvolume-exhausted",
+            f"the driver is out of space: {message}",
+            "free space on the back end, or ask for less",
+        )
+    if code is not None:
+        raise walk.blocked(
+            "createvolume-failed",
+            f"the driver refused CreateVolume ({code}): {message}",
+            "fix what the message names (the class's parameters, the claim's size or modes);"
+            " retrying alone will not help",
+        )
+    raise walk.blocked(
+        "provisioning-failed",
+        f"provisioning failed: {message}",
+        "fix what the message names; the operator retries with backoff",
+    )
+
+
+def _operator_progress(walk: _Walk) -> None:
+    queue = _queue_state(walk.seen)
+    if not queue:
+        return
+    if queue.get("processing_for") is not None:
+        raise walk.progressing(
+            "in-flight",
+            f"being provisioned: the operator has worked on it for {queue['processing_for']:.1f}s",
+            "wait; a call longer than --timeout fails and is retried",
+        )
+    if queue.get("position") is not None:
+        raise walk.progressing(
+            "queued",
+            f"waiting its turn in the operator's {queue.get('queue')} queue:"
+            f" {queue['position']} of {queue.get('depth')}",
+            "wait, or raise --worker-threads if the queue stays long",
+        )
+
+
+def _bound_claim(walk: _Walk) -> Diagnosis:
+    seen = walk.seen
+    name = _spec(seen.object).get("volumeName")
+    walk.fact(f"PersistentVolume {name}: {_status(seen.volume).get('phase') or 'not found'}")
+    if seen.volume is None:
+        raise walk.blocked(
+            "volume-missing",
+            f"the claim is Bound to {name}, which does not exist",
+            "restore the PersistentVolume; the claim becomes Lost otherwise",
+        )
+    _resize(walk, seen.object)
+    _attachment_errors(walk)
+    return walk.healthy(f"the claim is Bound to {name}")
+
+
+def _resize(walk: _Walk, claim: Mapping[str, Any]) -> None:
+    seen = walk.seen
+    statuses = _status(claim).get("allocatedResourceStatuses") or {}
+    state = statuses.get("storage")
+    if state is None:
+        return
+    walk.fact(f"resize: {state}")
+    if state in (names.RESIZE_CONTROLLER_INFEASIBLE, names.RESIZE_NODE_INFEASIBLE):
+        errors = _warnings(seen, names.REASON_VOLUME_RESIZE_FAILED)
+        detail = f": {errors[0].get('message')}" if errors else ""
+        raise walk.blocked(
+            "expansion-infeasible",
+            f"the expansion is infeasible ({state}){detail}",
+            "lower spec.resources.requests.storage back to the size the volume has"
+            " (recovery from a failed expansion), or fix what the driver says",
+        )
+
+
+def _attachment_errors(walk: _Walk) -> None:
+    for va in walk.seen.attachments:
+        name = _meta(va).get("name")
+        node = _spec(va).get("nodeName")
+        status = _status(va)
+        error = (status.get("attachError") or {}).get("message")
+        walk.fact(f"VolumeAttachment {name}: node {node}, attached {bool(status.get('attached'))}")
+        if error:
+            raise walk.blocked(
+                "attach-failed",
+                f"attaching to node {node} fails: {error}",
+                f"explain va/{name}; check the driver's ControllerPublishVolume for {node}",
+            )
+
+
+# -- PersistentVolume ------------------------------------------------------------------------
+
+
+def _volume(walk: _Walk) -> Diagnosis:
+    seen = walk.seen
+    volume = seen.object
+    name = seen.target.name
+    phase = _status(volume).get("phase") or "Pending"
+    policy = _spec(volume).get("persistentVolumeReclaimPolicy") or "Retain"
+    claim_ref = _spec(volume).get("claimRef") or {}
+    walk.fact(f"PersistentVolume {name}: phase {phase}, reclaim policy {policy}")
+    if claim_ref:
+        walk.fact(f"claim: {claim_ref.get('namespace')}/{claim_ref.get('name')}")
+    if _meta(volume).get("deletionTimestamp"):
+        return _deleting_volume(walk)
+    if phase == "Released" and policy == "Delete":
+        failures = _warnings(seen, names.REASON_VOLUME_FAILED_DELETE)
+        _attached_volume(walk)
+        if failures:
+            walk.fact(_event_line(seen, failures[0]))
+            raise walk.blocked(
+                "delete-failed",
+                f"deleting the volume fails: {failures[0].get('message')}",
+                "fix what the message names; the operator retries with backoff",
+            )
+        raise walk.progressing("deleting", "released; waiting for the provisioner to delete it")
+    if phase == "Failed":
+        raise walk.blocked(
+            "volume-failed",
+            f"the volume is Failed: {_status(volume).get('message') or 'no message'}",
+            "read the message; a Failed volume needs an administrator",
+        )
+    if phase == "Released":
+        return walk.healthy("released and kept: the reclaim policy is Retain")
+    if seen.claim is not None:
+        _resize(walk, seen.claim)
+    _attachment_errors(walk)
+    return walk.healthy(f"the volume is {phase}")
+
+
+def _attached_volume(walk: _Walk) -> None:
+    seen = walk.seen
+    for va in seen.attachments:
+        name, node = _meta(va).get("name"), _spec(va).get("nodeName")
+        walk.fact(f"VolumeAttachment {name}: node {node}, attached {_status(va).get('attached')}")
+        raise walk.blocked(
+            "still-attached",
+            f"the deletion waits for VolumeAttachment {name}: "
+            + names.MESSAGE_STILL_ATTACHED.format(volume=seen.target.name, node=node),
+            f"stop the pods on {node} that use the volume; the attach/detach controller"
+            " then detaches it",
+        )
+
+
+def _deleting_volume(walk: _Walk) -> Diagnosis:
+    seen = walk.seen
+    finalizers = list(_meta(seen.object).get("finalizers") or [])
+    walk.fact(f"being deleted; finalizers: {', '.join(finalizers) or 'none'}")
+    _attached_volume(walk)
+    ours = {names.FINALIZER_PV, *PROTECTION_FINALIZERS}
+    foreign = [
+        f for f in finalizers if f not in ours and not f.startswith(names.FINALIZER_ATTACHER_PREFIX)
+    ]
+    if foreign:
+        raise walk.blocked(
+            "foreign-finalizer",
+            f"the deletion waits for another controller's finalizer: {', '.join(foreign)}",
+            "find the controller that owns it and let it finish; remove the finalizer by hand"
+            " only if that controller is gone for good",
+        )
+    failures = _warnings(seen, names.REASON_VOLUME_FAILED_DELETE)
+    if failures:
+        walk.fact(_event_line(seen, failures[0]))
+        raise walk.blocked(
+            "delete-failed",
+            f"deleting the volume fails: {failures[0].get('message')}",
+            "fix what the message names; the operator retries with backoff",
+        )
+    if "kubernetes.io/pv-protection" in finalizers and _status(seen.object).get("phase") == "Bound":
+        raise walk.blocked(
+            "in-use",
+            "the deletion waits for the claim: the volume is still Bound",
+            "delete the claim (and the pods using it) first",
+        )
+    raise walk.progressing("deleting", "being deleted; nothing holds it back")
+
+
+# -- VolumeAttachment ------------------------------------------------------------------------
+
+
+def _attachment(walk: _Walk) -> Diagnosis:
+    seen = walk.seen
+    va = seen.object
+    spec, status = _spec(va), _status(va)
+    volume = (spec.get("source") or {}).get("persistentVolumeName")
+    walk.fact(
+        f"VolumeAttachment {seen.target.name}: attacher {spec.get('attacher')}, volume {volume},"
+        f" node {spec.get('nodeName')}, attached {bool(status.get('attached'))}"
+    )
+    deleting = bool(_meta(va).get("deletionTimestamp"))
+    error = (status.get("detachError" if deleting else "attachError") or {}).get("message")
+    if error:
+        action = "detaching from" if deleting else "attaching to"
+        raise walk.blocked(
+            "detach-failed" if deleting else "attach-failed",
+            f"{action} node {spec.get('nodeName')} fails: {error}",
+            "fix what the message names (the driver's ControllerPublishVolume /"
+            " ControllerUnpublishVolume); the attacher retries with backoff",
+        )
+    if seen.volume is None and volume:
+        raise walk.blocked(
+            "volume-missing",
+            names.MESSAGE_PV_NOT_FOUND.format(volume=volume),
+            "the attachment's volume is gone: the attach/detach controller deletes it",
+        )
+    if deleting:
+        raise walk.progressing("detaching", "being detached")
+    if status.get("attached"):
+        return walk.healthy(f"attached to node {spec.get('nodeName')}")
+    _operator_progress(walk)
+    raise walk.progressing("attaching", "not attached yet; the attacher has reported no error")
+
+
+# -- VolumeSnapshot, VolumeSnapshotContent, VolumeGroupSnapshot --------------------------------
+
+
+def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
+    seen = walk.seen
+    status = _status(seen.object)
+    walk.fact(f"{what} {seen.target}: readyToUse {status.get('readyToUse')}")
+    error = (status.get("error") or {}).get("message")
+    if error:
+        raise walk.blocked(
+            "snapshot-error", f"the {what} failed: {error}", "fix what the message names"
+        )
+    if status.get("readyToUse") is True:
+        return walk.healthy(f"the {what} is ready to use")
+    bound = status.get("boundVolumeSnapshotContentName") or status.get(
+        "boundVolumeGroupSnapshotContentName"
+    )
+    if not bound:
+        raise walk.progressing(
+            "unbound",
+            f"no {content_kind} is bound yet",
+            "check the snapshot-controller (it makes the content) and the class",
+        )
+    if seen.content is None:
+        raise walk.blocked(
+            "content-missing", f"its {content_kind} {bound} does not exist", "check the class"
+        )
+    return _content(walk, seen.content, content_kind)
+
+
+def _content(walk: _Walk, content: Mapping[str, Any], what: str) -> Diagnosis:
+    name = _meta(content).get("name")
+    status = _status(content)
+    walk.fact(
+        f"{what} {name}: readyToUse {status.get('readyToUse')},"
+        f" handle {status.get('snapshotHandle') or status.get('volumeGroupSnapshotHandle')}"
+    )
+    error = (status.get("error") or {}).get("message")
+    if error:
+        raise walk.blocked(
+            "content-error", f"the {what} {name} failed: {error}", "fix what the message names"
+        )
+    if status.get("readyToUse") is True:
+        return walk.healthy(f"the {what} {name} is ready to use")
+    creating = names.ANN_SNAPSHOT_BEING_CREATED in _annotations(content)
+    _operator_progress(walk)
+    if creating:
+        raise walk.blocked(
+            "content-creating",
+            f"the {what} {name} is stuck being created: the driver has not answered"
+            " CreateSnapshot with a ready snapshot",
+            "check the CSI driver (its logs, its back end); the snapshotter retries",
+        )
+    raise walk.progressing(
+        "content-pending", f"the {what} {name} is not ready yet", "look again in a few seconds"
+    )
+
+
+def _vs(walk: _Walk) -> Diagnosis:
+    return _snapshot_like(walk, "VolumeSnapshot", "VolumeSnapshotContent")
+
+
+def _vsc(walk: _Walk) -> Diagnosis:
+    return _content(walk, walk.seen.object, "VolumeSnapshotContent")
+
+
+def _vgs(walk: _Walk) -> Diagnosis:
+    return _snapshot_like(walk, "VolumeGroupSnapshot", "VolumeGroupSnapshotContent")
+
+
+_CHAINS: Mapping[str, Callable[[_Walk], Diagnosis]] = {
+    "persistentvolumeclaim": _claim,
+    "persistentvolume": _volume,
+    "volumeattachment": _attachment,
+    "volumesnapshot": _vs,
+    "volumesnapshotcontent": _vsc,
+    "volumegroupsnapshot": _vgs,
+}
+
+
+def secret_free(parameters: Mapping[str, str] | None) -> dict[str, str]:
+    """A class's parameters without those that name or hold a secret."""
+    return {k: v for k, v in (parameters or {}).items() if not is_secret_parameter(k)}

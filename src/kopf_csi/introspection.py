@@ -1,0 +1,69 @@
+"""The operator's side of explain: what `/debug/objects/<kind>/[<namespace>/]<name>` serves.
+
+Read-only, from the running operator's memory: where the object's key stands in each work queue
+(waiting and its place, being worked on and for how long, failed attempts, the next retry),
+the newest event the operator posted about it (its message in full, even after the Event has
+expired), whether the claim is in the in-flight journal (a CreateVolume may be running), the
+provisioners this replica serves, and who holds its Leases. Nothing here can hold a secret: keys,
+counts, times, Lease holders, and event messages, which the operator scrubs before it posts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from kopf_csi import events, queueing, runtime
+
+__all__ = ["object_state"]
+
+
+def object_state(
+    memo: Any, kind: str, namespace: str | None, name: str, uid: str | None
+) -> dict[str, Any]:
+    """What this operator knows about one object; call it on the operator's loop."""
+    key = f"{namespace}/{name}" if namespace else name
+    loop = asyncio.get_running_loop()
+    queues = []
+    for queue in queueing.started_queues(loop):
+        state = queue.key_state(key)
+        if state is not None:
+            queues.append(
+                {
+                    "queue": state.queue,
+                    "position": state.position,
+                    "depth": state.depth,
+                    "processing": state.processing,
+                    "processing_for": state.processing_for,
+                    "failures": state.failures,
+                    "next_retry_in": state.next_retry_in,
+                }
+            )
+    answer: dict[str, Any] = {"kind": kind, "key": key, "queues": queues}
+    standby = runtime.is_standby(memo)
+    served = getattr(memo, "served_provisioners", None) or {}
+    answer["standby"] = standby
+    answer["provisioners"] = [] if standby else sorted(served)
+    elector = getattr(memo, "leadership", None)
+    if elector is not None:
+        answer["identity"] = elector.identity
+        answer["leases"] = dict(elector.holders)
+    if uid:
+        last = events.last_event(uid)
+        if last is not None:
+            answer["last_event"] = {
+                "type": last.type,
+                "reason": last.reason,
+                "message": last.message,
+                "age": time.monotonic() - last.at,
+            }
+        if kind == "persistentvolumeclaim":
+            journals = [
+                entry.provisioner.journal
+                for entry in served.values()
+                if getattr(entry.provisioner, "journal", None) is not None
+            ]
+            if journals:
+                answer["journal"] = {"recorded": any(j.holds(uid) for j in journals)}
+    return answer

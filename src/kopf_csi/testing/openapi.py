@@ -1,0 +1,381 @@
+"""The emulated API server's OpenAPI v3 documents, and the field validation they promise.
+
+``kubectl apply`` (``--validate=strict``, its default) reads ``/openapi/v3`` and the document of
+the object's group version. When the PATCH operation of the object's kind takes the
+``fieldValidation`` query parameter, as on every real server since v1.27, kubectl leaves the
+validation to the server and sends ``fieldValidation=Strict``; the server then refuses unknown
+fields with a 400 (``strict decoding error: unknown field "spec.foo"``). Without these
+documents kubectl stops with ``failed to download openapi``.
+
+How far it goes: every served kind has a schema, generated from ``FIELDS`` below (one small
+declaration per kind: its fields to the depth users write them; deeper parts, and the
+``status`` of kinds with a status subresource, are free-form objects). Unknown fields are found
+wherever a schema lists its properties, in the object a create or an update proposes and in a
+patch's result, as the real server finds them: ``Strict`` refuses, ``Warn`` answers with
+``Warning`` headers. What is left out: values are not type-checked, free-form parts accept
+anything, and an unknown field that is accepted (``Warn``, ``Ignore``, or no parameter, which
+the real server treats as ``Warn``) is stored, where the real server drops it. The schemas
+carry no descriptions (``kubectl explain`` shows the fields and their types only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kopf_csi.testing.discovery import KUBERNETES_VERSION, Served
+
+__all__ = [
+    "FIELDS",
+    "document",
+    "index",
+    "served_document",
+    "strict_message",
+    "unknown_fields",
+]
+
+Spec = Any
+"""A field's declaration: "string", "integer", "boolean", a [item] list, a {name: spec} object,
+MAP (a string map), ANY (a free-form object), QUANTITY (a number or a string)."""
+MAP, ANY, QUANTITY = "map", "any", "quantity"
+
+_REF = {"apiGroup": "string", "kind": "string", "name": "string"}
+_OBJECT_REF = {**{k: "string" for k in ("apiVersion", "kind", "name", "namespace", "uid")},
+               "resourceVersion": "string", "fieldPath": "string"}  # fmt: skip
+_PV_SOURCES = (
+    "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "csi", "fc",
+    "flexVolume", "flocker", "gcePersistentDisk", "glusterfs", "hostPath", "iscsi", "local",
+    "nfs", "photonPersistentDisk", "portworxVolume", "quobyte", "rbd", "scaleIO", "storageos",
+    "vsphereVolume",
+)  # fmt: skip
+_CLASS = {"driver": "string", "parameters": MAP, "deletionPolicy": "string"}
+
+FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
+    ("", "PersistentVolumeClaim"): {
+        "spec": {
+            "accessModes": ["string"],
+            "selector": ANY,
+            "resources": {"limits": {"*": QUANTITY}, "requests": {"*": QUANTITY}},
+            "volumeName": "string",
+            "storageClassName": "string",
+            "volumeMode": "string",
+            "dataSource": _REF,
+            "dataSourceRef": {**_REF, "namespace": "string"},
+            "volumeAttributesClassName": "string",
+        },
+        "status": ANY,
+    },
+    ("", "PersistentVolume"): {
+        "spec": {
+            "capacity": {"*": QUANTITY},
+            "accessModes": ["string"],
+            "claimRef": _OBJECT_REF,
+            "persistentVolumeReclaimPolicy": "string",
+            "storageClassName": "string",
+            "mountOptions": ["string"],
+            "volumeMode": "string",
+            "nodeAffinity": ANY,
+            "volumeAttributesClassName": "string",
+            **dict.fromkeys(_PV_SOURCES, ANY),
+        },
+        "status": ANY,
+    },
+    ("", "Pod"): {"spec": ANY, "status": ANY},
+    ("", "Node"): {"spec": ANY, "status": ANY},
+    ("", "Namespace"): {"spec": ANY, "status": ANY},
+    ("", "Secret"): {"data": MAP, "stringData": MAP, "type": "string", "immutable": "boolean"},
+    ("", "ConfigMap"): {"data": MAP, "binaryData": MAP, "immutable": "boolean"},
+    ("", "Event"): {
+        **dict.fromkeys(("reason", "message", "type", "action", "reportingComponent"), "string"),
+        **dict.fromkeys(("reportingInstance", "firstTimestamp", "lastTimestamp"), "string"),
+        "eventTime": "string",
+        "count": "integer",
+        "involvedObject": _OBJECT_REF,
+        "related": _OBJECT_REF,
+        "source": {"component": "string", "host": "string"},
+        "series": ANY,
+    },
+    ("storage.k8s.io", "StorageClass"): {
+        "provisioner": "string",
+        "parameters": MAP,
+        "reclaimPolicy": "string",
+        "mountOptions": ["string"],
+        "allowVolumeExpansion": "boolean",
+        "volumeBindingMode": "string",
+        "allowedTopologies": [ANY],
+    },
+    ("storage.k8s.io", "VolumeAttachment"): {
+        "spec": {
+            "attacher": "string",
+            "source": {"persistentVolumeName": "string", "inlineVolumeSpec": ANY},
+            "nodeName": "string",
+        },
+        "status": ANY,
+    },
+    ("storage.k8s.io", "CSINode"): {
+        "spec": {
+            "drivers": [
+                {
+                    "name": "string",
+                    "nodeID": "string",
+                    "topologyKeys": ["string"],
+                    "allocatable": {"count": "integer"},
+                }
+            ]
+        }
+    },
+    ("storage.k8s.io", "CSIDriver"): {"spec": ANY},
+    ("storage.k8s.io", "CSIStorageCapacity"): {
+        "storageClassName": "string",
+        "capacity": QUANTITY,
+        "maximumVolumeSize": QUANTITY,
+        "nodeTopology": ANY,
+    },
+    ("storage.k8s.io", "VolumeAttributesClass"): {"driverName": "string", "parameters": MAP},
+    ("coordination.k8s.io", "Lease"): {"spec": ANY},
+    ("events.k8s.io", "Event"): {
+        **dict.fromkeys(("reason", "note", "type", "action", "reportingController"), "string"),
+        **dict.fromkeys(("reportingInstance", "eventTime"), "string"),
+        "regarding": _OBJECT_REF,
+        "related": _OBJECT_REF,
+        "series": ANY,
+        **dict.fromkeys(("deprecatedSource", "deprecatedFirstTimestamp"), ANY),
+        **dict.fromkeys(("deprecatedLastTimestamp", "deprecatedCount"), ANY),
+    },
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): {"spec": ANY, "status": ANY},
+    # manifests/crds: the same properties (tests/emulator/test_openapi.py compares them).
+    ("snapshot.storage.k8s.io", "VolumeSnapshot"): {
+        "spec": {
+            "source": {
+                "persistentVolumeClaimName": "string",
+                "volumeSnapshotContentName": "string",
+            },
+            "volumeSnapshotClassName": "string",
+        },
+        "status": ANY,
+    },
+    ("snapshot.storage.k8s.io", "VolumeSnapshotContent"): {
+        "spec": {
+            "deletionPolicy": "string",
+            "driver": "string",
+            "source": {"volumeHandle": "string", "snapshotHandle": "string"},
+            "sourceVolumeMode": "string",
+            "volumeSnapshotClassName": "string",
+            "volumeSnapshotRef": _OBJECT_REF,
+        },
+        "status": ANY,
+    },
+    ("snapshot.storage.k8s.io", "VolumeSnapshotClass"): _CLASS,
+    ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshot"): {
+        "spec": {
+            "source": {"selector": ANY, "volumeGroupSnapshotContentName": "string"},
+            "volumeGroupSnapshotClassName": "string",
+        },
+        "status": ANY,
+    },
+    ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshotContent"): {
+        "spec": {
+            "deletionPolicy": "string",
+            "driver": "string",
+            "source": ANY,
+            "volumeGroupSnapshotClassName": "string",
+            "volumeGroupSnapshotRef": _OBJECT_REF,
+        },
+        "status": ANY,
+    },
+    ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshotClass"): _CLASS,
+}
+"""Each kind's fields besides apiVersion, kind and metadata, by (group, Kind)."""
+
+_METADATA: dict[str, Spec] = {
+    **dict.fromkeys(("name", "generateName", "namespace", "uid", "resourceVersion"), "string"),
+    **dict.fromkeys(("creationTimestamp", "deletionTimestamp", "selfLink"), "string"),
+    "generation": "integer",
+    "deletionGracePeriodSeconds": "integer",
+    "labels": MAP,
+    "annotations": MAP,
+    "finalizers": ["string"],
+    "ownerReferences": [ANY],
+    "managedFields": [ANY],
+}
+_META_SCHEMA = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+
+def _fields(kind: Served) -> dict[str, Spec]:
+    # A kind served only for a test (a made-up CRD) takes anything, as a CRD with
+    # x-kubernetes-preserve-unknown-fields.
+    fields = FIELDS.get((kind.group, kind.kind), {"spec": ANY, "status": ANY})
+    return {"apiVersion": "string", "kind": "string", "metadata": _METADATA, **fields}
+
+
+# --- Validation -------------------------------------------------------------------------------
+
+
+def unknown_fields(kind: Served, obj: Any) -> list[str]:
+    """The paths of the fields no schema declares (``spec.foo``), in the object's order;
+    strategic-merge directives (``$patch``, ...) are not fields."""
+    found: list[str] = []
+    _walk(_fields(kind), obj, "", found)
+    return found
+
+
+def _walk(spec: Spec, value: Any, path: str, found: list[str]) -> None:
+    if isinstance(spec, list) and isinstance(value, list):
+        for index, item in enumerate(value):
+            _walk(spec[0], item, f"{path}[{index}]", found)
+    elif isinstance(spec, dict) and isinstance(value, dict):
+        for key, item in value.items():
+            if key.startswith("$"):
+                continue
+            if key in spec or "*" in spec:
+                _walk(spec.get(key, spec.get("*")), item, f"{path}.{key}" if path else key, found)
+            else:
+                found.append(f"{path}.{key}" if path else key)
+
+
+def strict_message(kind: Served, unknown: list[str], *, patch: bool) -> str:
+    """The real server's 400 text for ``fieldValidation=Strict`` (a patch's has no prefix)."""
+    fields = ", ".join(f'unknown field "{field}"' for field in unknown)
+    text = f"strict decoding error: {fields}"
+    if patch:
+        return text
+    return f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: {text}'
+
+
+# --- Documents --------------------------------------------------------------------------------
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def index(kinds: Iterable[Served]) -> dict[str, Any]:
+    """``/openapi/v3``: one entry per group version, its URL naming the document's hash."""
+    served: dict[tuple[str, str], list[Served]] = {}
+    for kind in kinds:
+        served.setdefault((kind.group, kind.version), []).append(kind)
+    paths = {}
+    for (group, version), members in sorted(served.items()):
+        body = json.dumps(document(group, version, members), sort_keys=True).encode()
+        digest = hashlib.sha512(body).hexdigest().upper()[:128]
+        path = _gv_path(group, version)
+        paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
+    return {"paths": paths}
+
+
+def _schema_name(kind: Served) -> str:
+    if kind.group == "apiextensions.k8s.io":
+        return f"io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.{kind.version}.{kind.kind}"
+    if kind.group in ("", "storage.k8s.io", "coordination.k8s.io", "events.k8s.io"):
+        short = kind.group.split(".")[0] or "core"
+        return f"io.k8s.api.{short}.{kind.version}.{kind.kind}"
+    reversed_group = ".".join(reversed(kind.group.split(".")))
+    return f"{reversed_group}.{kind.version}.{kind.kind}"
+
+
+def _schema(spec: Spec) -> dict[str, Any]:
+    if spec == MAP:
+        return {"type": "object", "additionalProperties": {"type": "string"}}
+    if spec == ANY:
+        return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    if spec == QUANTITY:
+        return {"x-kubernetes-int-or-string": True}
+    if isinstance(spec, list):
+        return {"type": "array", "items": _schema(spec[0])}
+    if isinstance(spec, dict):
+        if "*" in spec:
+            return {"type": "object", "additionalProperties": _schema(spec["*"])}
+        return {"type": "object", "properties": {k: _schema(v) for k, v in spec.items()}}
+    return {"type": spec}
+
+
+def _parameter(name: str, where: str = "query") -> dict[str, Any]:
+    return {"name": name, "in": where, "schema": {"type": "string"}, "required": where == "path"}
+
+
+def _operation(kind: Served, action: str, *, writes: bool) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{_schema_name(kind)}"}
+    operation: dict[str, Any] = {
+        "operationId": f"{action}{kind.kind}",
+        "responses": {"200": {"content": {"application/json": {"schema": ref}}}},
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": {
+            "group": kind.group,
+            "version": kind.version,
+            "kind": kind.kind,
+        },
+    }
+    if writes:
+        operation["parameters"] = [
+            _parameter(name) for name in ("dryRun", "fieldManager", "fieldValidation")
+        ]
+        operation["requestBody"] = {"content": {"*/*": {"schema": ref}}, "required": True}
+    return operation
+
+
+def _paths(kind: Served) -> dict[str, Any]:
+    base = "/" + _gv_path(kind.group, kind.version)
+    scope = f"{base}/namespaces/{{namespace}}" if kind.namespaced else base
+    namespace = [_parameter("namespace", "path")] if kind.namespaced else []
+    item = [_parameter("name", "path"), *namespace]
+    paths = {
+        f"{scope}/{kind.plural}": {
+            "parameters": namespace,
+            "get": _operation(kind, "list", writes=False),
+            "post": _operation(kind, "post", writes=True),
+        },
+        f"{scope}/{kind.plural}/{{name}}": {
+            "parameters": item,
+            "get": _operation(kind, "get", writes=False),
+            "put": _operation(kind, "put", writes=True),
+            "patch": _operation(kind, "patch", writes=True),
+            "delete": _operation(kind, "delete", writes=False),
+        },
+    }
+    if kind.status:
+        paths[f"{scope}/{kind.plural}/{{name}}/status"] = {
+            "parameters": item,
+            "get": _operation(kind, "get", writes=False),
+            "put": _operation(kind, "put", writes=True),
+            "patch": _operation(kind, "patch", writes=True),
+        }
+    return paths
+
+
+def document(group: str, version: str, kinds: Iterable[Served]) -> dict[str, Any]:
+    """The OpenAPI v3 document of one group version."""
+    served = sorted(
+        (kind for kind in kinds if (kind.group, kind.version) == (group, version)),
+        key=lambda kind: kind.plural,
+    )
+    paths: dict[str, Any] = {}
+    schemas: dict[str, Any] = {_META_SCHEMA: _schema(_METADATA)}
+    for kind in served:
+        paths.update(_paths(kind))
+        schema = _schema(_fields(kind))
+        schema["properties"]["metadata"] = {"$ref": f"#/components/schemas/{_META_SCHEMA}"}
+        schema["x-kubernetes-group-version-kind"] = [
+            {"group": kind.group, "kind": kind.kind, "version": kind.version}
+        ]
+        schemas[_schema_name(kind)] = schema
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": KUBERNETES_VERSION},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
+
+
+def served_document(path: str, kinds: Iterable[Served]) -> Mapping[str, Any] | None:
+    """The document at ``/openapi/v3/<path>`` (``api/v1``, ``apis/<group>/<version>``)."""
+    parts = path.strip("/").split("/")
+    if parts[:1] == ["api"] and len(parts) == 2:
+        group, version = "", parts[1]
+    elif parts[:1] == ["apis"] and len(parts) == 3:
+        group, version = parts[1], parts[2]
+    else:
+        return None
+    kinds = [kind for kind in kinds if (kind.group, kind.version) == (group, version)]
+    return document(group, version, kinds) if kinds else None

@@ -1,0 +1,168 @@
+"""The OpenAPI v3 documents kubectl reads, and the field validation they promise.
+
+We test these aspects:
+- ``/openapi/v3`` lists every served group version (each one the real server lists too), and
+  each URL serves that group version's document: every kind's paths, a PATCH operation
+  naming its group-version-kind and taking ``fieldValidation``, a schema per kind;
+- the snapshot and group snapshot kinds declare the properties their CRDs declare
+  (manifests/crds), wherever they declare properties at all;
+- over HTTP: ``fieldValidation=Strict`` refuses unknown fields, nested and in metadata too,
+  with the real 400 texts (create, update, and a patch's result: JSON, merge and strategic
+  patches alike) and writes nothing; ``Warn`` writes and answers with one Warning header per
+  field; the absence of the parameter and ``Ignore`` are not checked; a list's items are;
+- ``/openapi/v2`` and unknown documents are 404.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kopf_csi.testing import openapi
+from kopf_csi.testing.emulator import KINDS, EmulatedCluster
+
+DATA = pathlib.Path(__file__).parent / "data"
+REAL_PATHS = json.loads((DATA / "discovery.json").read_text())["/openapi/v3 (paths only)"]["paths"]
+CLAIMS = "/api/v1/namespaces/default/persistentvolumeclaims"
+
+
+async def test_index_and_documents(cluster: EmulatedCluster) -> None:
+    async with aiohttp.ClientSession(cluster.url) as session:
+        async with session.get("/openapi/v3") as response:
+            index = await response.json()
+        documents = {}
+        for path, entry in index["paths"].items():
+            async with session.get(entry["serverRelativeURL"]) as response:
+                assert response.status == 200
+                documents[path] = await response.json()
+        for missing in ("/openapi/v2", "/openapi/v3/apis/apps/v1", "/openapi/v3/apis"):
+            async with session.get(missing) as response:
+                assert response.status == 404, missing
+    served = {f"apis/{k.group}/{k.version}" if k.group else "api/v1" for k in KINDS}
+    assert set(index["paths"]) == served
+    assert served <= set(REAL_PATHS)
+    for kind in KINDS:
+        document = documents[f"apis/{kind.group}/{kind.version}" if kind.group else "api/v1"]
+        assert document["info"]["version"] == "v1.36.2"
+        gvk = {"group": kind.group, "version": kind.version, "kind": kind.kind}
+        patches = [
+            item["patch"]
+            for path, item in document["paths"].items()
+            if "patch" in item and item["patch"]["x-kubernetes-group-version-kind"] == gvk
+        ]
+        assert len(patches) == (2 if kind.status else 1), kind
+        for patch in patches:
+            assert {"name": "fieldValidation", "in": "query"}.items() <= patch["parameters"][
+                2
+            ].items()
+        schemas = [
+            schema
+            for schema in document["components"]["schemas"].values()
+            if gvk in schema.get("x-kubernetes-group-version-kind", [])
+        ]
+        assert len(schemas) == 1, kind
+
+
+CRD_KINDS = sorted(key for key in openapi.FIELDS if key[0].endswith("snapshot.storage.k8s.io"))
+
+
+def _compare(ours: Any, theirs: dict[str, Any], path: str) -> None:
+    if isinstance(ours, list):
+        _compare(ours[0], theirs["items"], f"{path}[]")
+    elif isinstance(ours, dict) and "*" not in ours:
+        assert set(ours) == set(theirs.get("properties", {})), path
+        for key, spec in ours.items():
+            _compare(spec, theirs["properties"][key], f"{path}.{key}")
+
+
+@pytest.mark.parametrize("key", CRD_KINDS)
+def test_crd_kinds_declare_their_crds_properties(
+    key: tuple[str, str], crds: list[tuple[Any, Any]]
+) -> None:
+    (crd,) = [
+        version["schema"]["openAPIV3Schema"]
+        for crd, version in crds
+        if (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == key
+    ]
+    assert len(crds) == len(CRD_KINDS)
+    ours = openapi.FIELDS[key]
+    assert set(ours) == set(crd["properties"]) - {"apiVersion", "kind", "metadata"}
+    _compare(ours, {"properties": {k: crd["properties"][k] for k in ours}}, key[1])
+
+
+CLAIM = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolumeClaim",
+    "metadata": {"name": "data", "labels": {"a": "b"}, "colour": "red"},
+    "spec": {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}, "request": {"storage": "1Gi"}},
+        "storageClassNmae": "fast",
+    },
+}
+UNKNOWN = ["metadata.colour", "spec.resources.request", "spec.storageClassNmae"]
+
+
+async def test_field_validation_over_http(cluster: EmulatedCluster) -> None:
+    async with aiohttp.ClientSession(cluster.url) as session:
+
+        async def call(method: str, path: str, body: Any, **kwargs: Any) -> tuple[int, Any, Any]:
+            async with session.request(method, path, json=body, **kwargs) as response:
+                return (
+                    response.status,
+                    await response.json(),
+                    response.headers.getall("Warning", []),
+                )
+
+        strict = {"params": {"fieldValidation": "Strict"}}
+        code, created, _ = await call("POST", CLAIMS, CLAIM, **strict)
+        assert code == 400
+        assert created["reason"] == "BadRequest"
+        assert created["message"] == (
+            'PersistentVolumeClaim in version "v1" cannot be handled as a PersistentVolumeClaim: '
+            "strict decoding error: " + ", ".join(f'unknown field "{field}"' for field in UNKNOWN)
+        )
+        assert cluster.objects("persistentvolumeclaims") == []  # nothing written
+
+        warned = {**CLAIM, "metadata": {**CLAIM["metadata"], "name": "warned"}}
+        code, _, warnings = await call("POST", CLAIMS, warned, params={"fieldValidation": "Warn"})
+        assert code == 201
+        assert warnings == [f'299 - "unknown field \\"{field}\\""' for field in UNKNOWN]
+        clean = {**CLAIM, "metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+        assert (await call("POST", CLAIMS, clean, **strict))[0] == 201
+
+        item = f"{CLAIMS}/data"
+        for content_type in ("merge-patch", "strategic-merge-patch"):
+            headers = {"Content-Type": f"application/{content_type}+json"}
+            patch = {"spec": {"volumeNmae": "x"}, "$patch": "merge"}
+            code, body, _ = await call("PATCH", item, patch, headers=headers, **strict)
+            assert (code, body["message"]) == (
+                400,
+                'strict decoding error: unknown field "spec.volumeNmae"',
+            )
+        json_patch = [{"op": "add", "path": "/spec/volumeNmae", "value": "x"}]
+        headers = {"Content-Type": "application/json-patch+json"}
+        code, body, _ = await call("PATCH", item, json_patch, headers=headers, **strict)
+        assert (code, body["message"]) == (
+            400,
+            'strict decoding error: unknown field "spec.volumeNmae"',
+        )
+        json_patch = [{"op": "add", "path": "/spec/volumeName", "value": "x"}]
+        assert (await call("PATCH", item, json_patch, headers=headers, **strict))[0] == 200
+        code, stored, _ = await call("GET", item, None)
+        code, body, _ = await call("PUT", item, {**stored, "extra": 1}, **strict)
+        assert code == 400
+        assert body["message"].endswith('strict decoding error: unknown field "extra"')
+        for params in ({}, {"fieldValidation": "Ignore"}):
+            code, _, warnings = await call("PUT", item, {**stored, "extra": 1}, params=params)
+            assert (code, warnings) == (200, [])
+            code, stored, _ = await call("GET", item, None)
+
+        node = {"metadata": {"name": "n"}, "spec": {"drivers": [{"name": "d", "nodeId": "n"}]}}
+        code, body, _ = await call("POST", "/apis/storage.k8s.io/v1/csinodes", node, **strict)
+        assert code == 400
+        assert body["message"].endswith('unknown field "spec.drivers[0].nodeId"')

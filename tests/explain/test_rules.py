@@ -1,0 +1,120 @@
+"""The pure parts of explain: the target's parsing and the rules, on plain dicts."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from kopf_csi.explain.observed import Observed, State
+from kopf_csi.explain.rules import diagnose, grpc_code
+from kopf_csi.targets import Target, TargetError, parse_target
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "target"),
+    [
+        ("pvc/ns/data", Target("persistentvolumeclaim", "data", "ns")),
+        ("persistentvolumeclaims/data", Target("persistentvolumeclaim", "data", "dflt")),
+        ("PV/pvc-1", Target("persistentvolume", "pvc-1")),
+        ("volumesnapshots.snapshot.storage.k8s.io/ns/s", Target("volumesnapshot", "s", "ns")),
+        ("vsc/c", Target("volumesnapshotcontent", "c")),
+        ("va/csi-1", Target("volumeattachment", "csi-1")),
+        ("vgs/ns/g", Target("volumegroupsnapshot", "g", "ns")),
+    ],
+)
+def test_targets(text: str, target: Target) -> None:
+    assert parse_target(text, default_namespace="dflt") == target
+
+
+@pytest.mark.parametrize("text", ["pvc", "pvc//x", "pods/ns/x", "pv/ns/x", "a/b/c/d"])
+def test_bad_targets(text: str) -> None:
+    with pytest.raises(TargetError):
+        parse_target(text, default_namespace=None)
+
+
+def _claim(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "data", "namespace": "ns", "uid": "u1", "annotations": {}},
+        "spec": {"storageClassName": "sc", "resources": {"requests": {"storage": "1Gi"}}, **spec},
+        "status": {"phase": "Pending"},
+    }
+
+
+SC = {"metadata": {"name": "sc"}, "provisioner": "d.example.com"}
+LIVE = {
+    "metadata": {"name": "d-example-com", "namespace": "kube-system"},
+    "spec": {"holderIdentity": "r1", "leaseDurationSeconds": 15,
+             "renewTime": "2026-01-01T11:59:58.000000Z"},
+}  # fmt: skip
+
+
+def _seen(**fields: Any) -> Observed:
+    target = Target("persistentvolumeclaim", "data", "ns")
+    return Observed(target=target, now=NOW, **{"object": _claim(), **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "blocker"),
+    [
+        ({"storage_class_name": "sc"}, "storageclass-missing"),
+        ({"storage_class_name": None}, "storageclass-none"),
+        ({"storage_class_name": "sc", "storage_class": SC}, "provisioner-unserved"),
+        (
+            {"storage_class_name": "sc", "storage_class": SC, "leases": [
+                {**LIVE, "spec": {**LIVE["spec"], "renewTime": "2026-01-01T11:00:00Z"}}]},
+            "lease-stale",
+        ),
+        (
+            {"storage_class_name": "sc", "storage_class": SC, "leases": [
+                {**LIVE, "spec": {"holderIdentity": ""}}]},
+            "lease-free",
+        ),
+        (
+            {"storage_class_name": "sc", "leases": [LIVE],
+             "storage_class": {**SC, "volumeBindingMode": "WaitForFirstConsumer"}},
+            "no-consumer",
+        ),
+        (
+            {"storage_class_name": "sc", "storage_class": SC, "leases": [LIVE],
+             "secrets": {"ns/creds": False}},
+            "secret-missing",
+        ),
+        ({"storage_class_name": "sc", "storage_class": SC, "leases": [LIVE]}, "provisioning"),
+        (
+            {"storage_class_name": "sc", "storage_class": SC, "leases": [LIVE], "events": [
+                {"type": "Warning", "reason": "ProvisioningFailed", "lastTimestamp": "x",
+                 "message": "rpc error: code = Aborted desc = busy"}]},
+            "createvolume-transient",
+        ),
+    ],
+)  # fmt: skip
+def test_claim_rules(fields: dict[str, Any], blocker: str) -> None:
+    assert diagnose(_seen(**fields)).blocker == blocker
+
+
+def test_a_live_lease_is_evidence_and_a_bound_claim_is_healthy() -> None:
+    bound = _claim(volumeName="pv")
+    bound["status"] = {"phase": "Bound"}
+    volume = {"metadata": {"name": "pv"}, "status": {"phase": "Bound"}}
+    diagnosis = diagnose(_seen(object=bound, volume=volume))
+    assert diagnosis.state is State.HEALTHY
+    assert diagnosis.exit_code == 0
+    assert diagnosis.evidence == ("claim ns/data: phase Bound", "PersistentVolume pv: Bound")
+
+
+def test_secret_parameters_never_reach_the_evidence() -> None:
+    storage_class = {**SC, "parameters": {"csi.storage.k8s.io/provisioner-secret-name": "hush"}}
+    diagnosis = diagnose(_seen(storage_class_name="sc", storage_class=storage_class, leases=[LIVE]))
+    assert "hush" not in " ".join(diagnosis.evidence) + diagnosis.summary
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [("rpc error: code = Internal desc = x", "Internal"), ("failed to get target node", None)],
+)
+def test_grpc_code(message: str, code: str | None) -> None:
+    assert grpc_code(message) == code
