@@ -38,7 +38,8 @@ async def test_kopf_run_provisions_a_claim(
     env = kopf_run_environment(kubeconfig, socket_path)
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
-        "-m", "handlers.lifecycle", "-m", "handlers.caches", "-m", "handlers.provisioner",
+        "-m", "kopf_csi_handlers.lifecycle", "-m", "kopf_csi_handlers.caches",
+        "-m", "kopf_csi_handlers.provisioner",
         env=env, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip

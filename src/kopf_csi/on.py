@@ -1,7 +1,7 @@
 """Handlers on the operator's own claim and PV streams: `@kopf_csi.on.volume_provisioned()`.
 
 The operator lists and watches PersistentVolumeClaims and PersistentVolumes once, with its
-own informers (`kopf_csi.informers`, started by `handlers.caches`). A handler module that
+own informers (`kopf_csi.informers`, started by `kopf_csi_handlers.caches`). A handler module that
 wants those objects too should not watch them again through kopf: `@kopf.on.create(...)` on
 PVs opens a second watch of every PV beside ours (in a big cluster, twice the traffic and the
 decoding of the busiest kinds) and makes kopf write its annotations onto every PV. These
@@ -37,7 +37,7 @@ its own, off the stream: a slow handler holds up only its own later events (at m
 `MAX_QUEUED` wait; beyond that they are dropped with a warning), and an exception is logged
 (`stream_handler_failed`, with the handler and the object) and the handler gets the next
 event: it is not retried, as `@kopf.on.event` handlers are not. A standby replica (leader
-election) sees nothing until it leads. Handlers need `handlers.caches` loaded (a default
+election) sees nothing until it leads. Handlers need `kopf_csi_handlers.caches` loaded (a default
 module). A sync function runs in a thread, as kopf runs one.
 
 Plain `@kopf.on.*` stays the right tool for the other kinds (Namespaces, Pods, your own

@@ -120,7 +120,7 @@ def caches_from_memo(memo: Any) -> Caches:
     """The shared caches `lifecycle.connect` created (before any watch starts)."""
     caches = getattr(memo, "caches", None)
     if not isinstance(caches, Caches):
-        raise kopf.PermanentError("the caches are missing: load handlers.lifecycle")
+        raise kopf.PermanentError("the caches are missing: load kopf_csi_handlers.lifecycle")
     return caches
 
 
@@ -151,7 +151,8 @@ async def wait_for_driver(memo: Any, *, timeout: float | None = None) -> bool:
             deadline = time.monotonic() + timeout
         elif time.monotonic() > deadline:
             raise kopf.PermanentError(
-                f"the CSI driver was not connected within {timeout:g}s: load handlers.lifecycle"
+                f"the CSI driver was not connected within {timeout:g}s:"
+                " load kopf_csi_handlers.lifecycle"
             )
         await asyncio.sleep(0.02)
     return True
@@ -193,9 +194,9 @@ Listener = Callable[[Any, bool], "Awaitable[None] | None"]
 
 
 def subscribe(memo: Any, resource: kube.Resource, listener: Listener) -> None:
-    """Have `handlers.caches` pass every watch event of `resource` to `listener`.
+    """Have `kopf_csi_handlers.caches` pass every watch event of `resource` to `listener`.
 
-    One kopf handler per kind (in `handlers.caches`) feeds the shared cache and every
+    One kopf handler per kind (in `kopf_csi_handlers.caches`) feeds the shared cache and every
     controller, instead of one kopf handler per controller and kind: kopf's cost per handler
     invocation, paid by three controllers on every PV event, was a tenth of the CPU per volume.
     Controllers subscribe in their start-up handlers, which kopf runs before any watch starts.

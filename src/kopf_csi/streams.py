@@ -1,6 +1,6 @@
 """Passing the operator's claim and PV streams on to the handlers of `kopf_csi.on`.
 
-`handlers.caches` hands every claim and PV event of its informers to `Streams` after the
+`kopf_csi_handlers.caches` hands every claim and PV event of its informers to `Streams` after the
 controllers have had it. `volume_changes` decides, from what was seen of a PV before, which
 of provisioned / released / deleted an event means (pure); a `_Worker` per handler calls it
 in a task of its own, from a bounded queue, so that the informer never waits for a user's
@@ -161,7 +161,7 @@ class _Worker:
 
 
 class Streams:
-    """The handlers of `kopf_csi.on` for one operator run, fed by `handlers.caches`."""
+    """The handlers of `kopf_csi.on` for one operator run, fed by `kopf_csi_handlers.caches`."""
 
     def __init__(
         self, handlers: Sequence[StreamHandler], memo: Any, *, volumes: Iterable[Body] = ()

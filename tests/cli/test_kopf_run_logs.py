@@ -31,7 +31,7 @@ async def kopf_run(kubeconfig: pathlib.Path, socket_path: pathlib.Path, *options
     env = kopf_run_environment(kubeconfig, socket_path)
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kopf", "run", *options, "--standalone", "--all-namespaces",
-        "-m", "handlers.lifecycle", env=env, cwd=ROOT,
+        "-m", "kopf_csi_handlers.lifecycle", env=env, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     assert process.stdout is not None

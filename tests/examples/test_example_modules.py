@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from handlers.examples.claim_labels import label_parameters
-from handlers.examples.namespace_quota import ANNOTATION, refusal
 from kopf_csi.driver import Driver
 from kopf_csi.settings import ProvisionerOptions, Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import DEFAULT_MODULES
 from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, until
+from kopf_csi_handlers.examples.claim_labels import label_parameters
+from kopf_csi_handlers.examples.namespace_quota import ANNOTATION, refusal
 
-EXAMPLES = ("handlers.examples.claim_labels", "handlers.examples.namespace_quota")
+EXAMPLES = ("kopf_csi_handlers.examples.claim_labels", "kopf_csi_handlers.examples.namespace_quota")
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"<!-- file: (\S+)[^>]*-->\n```python\n(.*?)```", re.DOTALL)
-COPIED = ("pyproject.toml", "README.md", "src", "handlers")  # what `pip install .` reads
+# What `pip install .` reads.
+COPIED = ("pyproject.toml", "setup.py", "README.md", "src", "handlers")
 
 
 def readme_files() -> dict[str, str]:
@@ -64,6 +65,11 @@ def test_the_readme_example_passes_in_a_fresh_virtualenv(tmp_path: pathlib.Path)
         python, "-m", "pip", "install", "-q", "-c", constraints, f"{source}[testing]",
         cwd=tmp_path, timeout=540,
     )  # fmt: skip
+
+    # The handler modules under the project's own name, no top-level `handlers` package.
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    assert (site / "kopf_csi_handlers" / "provisioner.py").is_file()
+    assert not (site / "handlers").exists()
 
     project = tmp_path / "project"
     (project / "myproject").mkdir(parents=True)
