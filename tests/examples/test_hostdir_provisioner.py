@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from handlers.examples.hostdir_provisioner import NAME, node_affinity, parse_parameters
 from kopf_csi import names
 from kopf_csi.provisioning.journal import journal_name
 from kopf_csi.settings import (
@@ -33,9 +32,10 @@ from kopf_csi.settings import (
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
 from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, seed_node, until
+from kopf_csi_handlers.examples.hostdir_provisioner import NAME, node_affinity, parse_parameters
 from tests.examples import gate
 
-EXAMPLE = "handlers.examples.hostdir_provisioner"
+EXAMPLE = "kopf_csi_handlers.examples.hostdir_provisioner"
 GATED = "tests.examples.gated_hostdir"
 NAMESPACE = "default"
 
