@@ -16,6 +16,7 @@ import fnmatch
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -131,10 +132,20 @@ def test_dockerignore_sends(path: str) -> None:
 
 
 def test_the_package_holds_the_handlers_and_the_driver(tmp_path: pathlib.Path) -> None:
-    """Build the wheel the image installs (no network: the venv's setuptools)."""
+    """Build the wheel the image installs (no network: the venv's setuptools), from what the
+    Dockerfile copies: a checkout's leftovers (a stale `build/`) must not decide it."""
+    source = tmp_path / "source"
+    for rest in _all("COPY"):
+        if rest.startswith("--from"):
+            continue
+        *paths, _ = rest.split()
+        for path in paths:
+            copy = shutil.copytree if (ROOT / path).is_dir() else shutil.copy2
+            (source / path).parent.mkdir(parents=True, exist_ok=True)
+            copy(ROOT / path, source / path)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(tmp_path), str(ROOT)],
+         "--wheel-dir", str(tmp_path), str(source)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
