@@ -167,11 +167,14 @@ def operator_lines(state: Mapping[str, Any]) -> list[str]:
             parts.append(f"being worked on for {queue['processing_for']:.1f}s")
         elif queue.get("position") is not None:
             parts.append(f"waiting its turn: {queue['position']} of {queue.get('depth')} queued")
+            if queue.get("workers") is not None:
+                parts.append(f"{queue.get('busy')} of {queue['workers']} workers busy")
         if queue.get("next_retry_in") is not None:
             parts.append(f"next retry in {queue['next_retry_in']:.1f}s")
         if queue.get("failures"):
             parts.append(f"{queue['failures']} failed attempts")
         lines.append(", ".join(parts))
+    lines.extend(f"operator: {_call_text(call)}" for call in state.get("calls") or [])
     event = state.get("last_event")
     if event:
         lines.append(
@@ -190,6 +193,14 @@ def operator_lines(state: Mapping[str, Any]) -> list[str]:
         held = ", ".join(f"{name}: {holder or 'nobody'}" for name, holder in leases.items())
         lines.append(f"operator: replica {state.get('identity')} sees the Leases held by {held}")
     return lines
+
+
+def _call_text(call: Mapping[str, Any]) -> str:
+    """`ControllerPublishVolume in flight for 12.3s (timeout 15s)`."""
+    return (
+        f"{call.get('rpc')} in flight for {float(call.get('for') or 0):.1f}s"
+        f" (timeout {float(call.get('timeout') or 0):g}s)"
+    )
 
 
 def _queue_state(seen: Observed) -> Mapping[str, Any] | None:
@@ -581,21 +592,37 @@ def _provisioning_failures(walk: _Walk) -> None:
 
 
 def _operator_progress(walk: _Walk) -> None:
+    calls = (walk.seen.operator or {}).get("calls") or []
+    if calls:
+        raise walk.progressing(
+            "in-flight",
+            f"waiting for the driver: {_call_text(calls[0])}",
+            "wait; a call longer than its timeout fails and is retried (the driver may still"
+            " be working: check its logs if this repeats)",
+        )
     queue = _queue_state(walk.seen)
     if not queue:
         return
     if queue.get("processing_for") is not None:
         raise walk.progressing(
             "in-flight",
-            f"being provisioned: the operator has worked on it for {queue['processing_for']:.1f}s",
+            f"being worked on: the operator has been on it for {queue['processing_for']:.1f}s",
             "wait; a call longer than --timeout fails and is retried",
         )
     if queue.get("position") is not None:
+        workers = queue.get("workers")
+        why = (
+            f": all {workers} of its workers are busy"
+            if workers is not None and queue.get("busy") == workers
+            else ""
+        )
         raise walk.progressing(
             "queued",
             f"waiting its turn in the operator's {queue.get('queue')} queue:"
-            f" {queue['position']} of {queue.get('depth')}",
-            "wait, or raise --worker-threads if the queue stays long",
+            f" {queue['position']} of {queue.get('depth')} queued{why}",
+            f"wait; raise --worker-threads{f' (now {workers})' if workers else ''}"
+            " if the queue stays long, or look at what keeps the workers busy"
+            " (explain the keys ahead of it)",
         )
 
 

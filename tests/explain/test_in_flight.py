@@ -1,0 +1,82 @@
+"""What the operator is doing about an object now (`--operator`): the CSI call in flight for
+it, and how long, from the CSI client's registry of unanswered calls; and a claim waiting its
+turn in a long queue, its place and why. The driver holds the calls (fault injection: a hang
+lasts until the call's timeout), so the state lasts while explain looks."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import pytest
+
+from kopf_csi.driver import Driver
+from kopf_csi.settings import CSISettings, Settings, WorkerSettings
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.operator import OperatorThread
+
+from ..provisioner.conftest import make_claim, make_pod, make_storage_class
+from .conftest import until_explained
+
+CSI_TIMEOUT = 30.0
+"""Long enough that a held CreateVolume stays in flight while explain looks."""
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """One provisioning worker (`--worker-threads 1`), and a long CSI timeout."""
+    csi = CSISettings(address=settings.csi.address, timeout=CSI_TIMEOUT, connect_timeout=10.0)
+    return dataclasses.replace(settings, csi=csi, workers=WorkerSettings(provisioner=1))
+
+
+def _in_flight(rpc: str, timeout: float) -> re.Pattern[str]:
+    return re.compile(rf"{rpc} in flight for \d+\.\ds \(timeout {timeout:g}s\)")
+
+
+async def test_a_claim_waiting_its_turn_behind_a_held_createvolume(
+    cluster: EmulatedCluster,
+    kcm: Any,
+    operator: OperatorThread,
+    driver: Driver,
+    explain: Any,
+    operator_url: str,
+) -> None:
+    driver.faults.hang("CreateVolume", times=1)  # the first claim's, for 30 s
+    await make_storage_class(cluster, operator)
+    make_claim(cluster, "first")
+    first = await until_explained(
+        explain, "pvc/default/first", "in-flight", "--operator", operator_url
+    )
+    assert _in_flight("CreateVolume", CSI_TIMEOUT).fullmatch(
+        first.json["summary"].removeprefix("waiting for the driver: ")
+    ), first.json["summary"]
+    assert first.text.first_line.startswith("WAITING: persistentvolumeclaim/default/first: ")
+    assert first.text.code == 1
+    assert first.json["state"] == "progressing"
+    calls = [line for line in first.text.evidence if " in flight for " in line]
+    assert len(calls) == 1, first.text.evidence
+    assert _in_flight("operator: CreateVolume", CSI_TIMEOUT).fullmatch(calls[0]), calls
+
+    for name in ("second", "third", "fourth"):
+        make_claim(cluster, name)
+    last = await until_explained(
+        explain, "pvc/default/fourth", "queued", "--operator", operator_url
+    )
+    assert last.json["summary"] == (
+        "waiting its turn in the operator's claims queue: 3 of 3 queued:"
+        " all 1 of its workers are busy"
+    )
+    assert (
+        last.text.first_line
+        == f"WAITING: persistentvolumeclaim/default/fourth: {last.json['summary']}"
+    )
+    assert (
+        "operator: in its claims queue, waiting its turn: 3 of 3 queued, 1 of 1 workers busy"
+        in (last.text.evidence)
+    )
+    assert last.json["next"][0].startswith("wait; raise --worker-threads (now 1)")
+    assert last.text.code == 1
+    assert last.json["exit_code"] == 1
+    # Held for no other object: the queued claim has no call in flight.
+    assert not any(" in flight for " in line for line in last.text.evidence)
