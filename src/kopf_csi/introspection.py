@@ -6,7 +6,8 @@ the CSI calls in flight for it (the RPC's name, for how long, its timeout: never
 the newest event the operator posted about it (its message in full, even after the Event has
 expired), whether the claim is in the in-flight journal (a CreateVolume may be running), the
 provisioners this replica serves, and who holds its Leases. Nothing here can hold a secret: keys,
-counts, times, RPC names, Lease holders, and event messages, which the operator scrubs before it posts them.
+counts, times, RPC names, Lease holders, and event messages, which the operator scrubs before it
+posts them.
 """
 
 from __future__ import annotations

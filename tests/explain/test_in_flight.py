@@ -16,6 +16,7 @@ from kopf_csi.settings import CSISettings, Settings, WorkerSettings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 
+from ..conftest import until
 from ..provisioner.conftest import make_claim, make_pod, make_storage_class
 from .conftest import until_explained
 
@@ -80,3 +81,36 @@ async def test_a_claim_waiting_its_turn_behind_a_held_createvolume(
     assert last.json["exit_code"] == 1
     # Held for no other object: the queued claim has no call in flight.
     assert not any(" in flight for " in line for line in last.text.evidence)
+
+
+async def test_an_attachment_waiting_for_a_held_controllerpublishvolume(
+    cluster: EmulatedCluster,
+    kcm: Any,
+    operator: OperatorThread,
+    driver: Driver,
+    explain: Any,
+    operator_url: str,
+) -> None:
+    driver.faults.hang("ControllerPublishVolume", times=1)  # until the attacher's 15 s timeout
+    timeout = operator.settings.attacher.timeout
+    await make_storage_class(cluster, operator)
+    make_claim(cluster)
+    make_pod(cluster, "app", "data")
+    attachments = await until(lambda: cluster.objects("volumeattachments"))
+    name = attachments[0]["metadata"]["name"]
+    found = await until_explained(explain, f"va/{name}", "in-flight", "--operator", operator_url)
+    assert found.text.first_line.startswith(
+        f"WAITING: volumeattachment/{name}: waiting for the driver: ControllerPublishVolume"
+    )
+    assert _in_flight("ControllerPublishVolume", timeout).fullmatch(
+        found.json["summary"].removeprefix("waiting for the driver: ")
+    ), found.json["summary"]
+    assert found.text.evidence[0].endswith("node node-1, attached False")
+    calls = [line for line in found.text.evidence if " in flight for " in line]
+    assert len(calls) == 1, found.text.evidence
+    assert _in_flight("operator: ControllerPublishVolume", timeout).fullmatch(calls[0])
+    assert found.text.code == 1
+    assert found.json["state"] == "progressing"
+    # Without the operator, explain sees only that no error is reported yet.
+    plain = await until_explained(explain, f"va/{name}", "attaching")
+    assert not any(" in flight for " in line for line in plain.text.evidence)
