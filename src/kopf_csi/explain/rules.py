@@ -718,13 +718,30 @@ def _attached_volume(walk: _Walk) -> None:
     seen = walk.seen
     for va in seen.attachments:
         name, node = _meta(va).get("name"), _spec(va).get("nodeName")
-        walk.fact(f"VolumeAttachment {name}: node {node}, attached {_status(va).get('attached')}")
+        detaching = bool(_meta(va).get("deletionTimestamp"))
+        walk.fact(
+            f"VolumeAttachment {name}: node {node}, attached {_status(va).get('attached')}"
+            + (", being deleted" if detaching else "")
+        )
+        error = (_status(va).get("detachError") or {}).get("message")
+        if error:
+            walk.fact(f"VolumeAttachment {name}: detaching fails: {error}")
+            step = (
+                f"explain va/{name}: detaching it fails; once it is detached and gone, the volume"
+                " is deleted"
+            )
+        elif detaching:
+            step = f"explain va/{name}: it is being detached; the volume is deleted after it"
+        else:
+            step = (
+                f"stop the pods on {node} that use the volume; the attach/detach controller"
+                " then detaches it"
+            )
         raise walk.blocked(
             "still-attached",
             f"the deletion waits for VolumeAttachment {name}: "
             + names.MESSAGE_STILL_ATTACHED.format(volume=seen.target.name, node=node),
-            f"stop the pods on {node} that use the volume; the attach/detach controller"
-            " then detaches it",
+            step,
         )
 
 
@@ -803,7 +820,13 @@ def _attachment(walk: _Walk) -> Diagnosis:
 def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
     seen = walk.seen
     status = _status(seen.object)
-    walk.fact(f"{what} {seen.target}: readyToUse {status.get('readyToUse')}")
+    bound = status.get("boundVolumeSnapshotContentName") or status.get(
+        "boundVolumeGroupSnapshotContentName"
+    )
+    walk.fact(
+        f"{what} {seen.target.namespace}/{seen.target.name}: readyToUse"
+        f" {status.get('readyToUse')}, {content_kind} {bound or '(none bound yet)'}"
+    )
     error = (status.get("error") or {}).get("message")
     if error:
         raise walk.blocked(
@@ -811,9 +834,6 @@ def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
         )
     if status.get("readyToUse") is True:
         return walk.healthy(f"the {what} is ready to use")
-    bound = status.get("boundVolumeSnapshotContentName") or status.get(
-        "boundVolumeGroupSnapshotContentName"
-    )
     if not bound:
         raise walk.progressing(
             "unbound",
