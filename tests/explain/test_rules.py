@@ -118,3 +118,96 @@ def test_secret_parameters_never_reach_the_evidence() -> None:
 )
 def test_grpc_code(message: str, code: str | None) -> None:
     assert grpc_code(message) == code
+
+
+PROVISIONING = {"storage_class_name": "sc", "storage_class": SC, "leases": [LIVE]}
+
+
+@pytest.mark.parametrize(
+    ("queue", "summary", "fact"),
+    [
+        (
+            {"queue": "claims", "position": 2, "depth": 5, "workers": 4, "busy": 4},
+            "waiting its turn in the operator's claims queue: 2 of 5 queued:"
+            " all 4 of its workers are busy",
+            "operator: in its claims queue, waiting its turn: 2 of 5 queued, 4 of 4 workers busy",
+        ),
+        (  # a worker is free: it is about to be taken, no reason to give
+            {"queue": "claims", "position": 1, "depth": 1, "workers": 4, "busy": 3},
+            "waiting its turn in the operator's claims queue: 1 of 1 queued",
+            "operator: in its claims queue, waiting its turn: 1 of 1 queued, 3 of 4 workers busy",
+        ),
+        (  # an older operator: no worker counts
+            {"queue": "claims", "position": 1, "depth": 1},
+            "waiting its turn in the operator's claims queue: 1 of 1 queued",
+            "operator: in its claims queue, waiting its turn: 1 of 1 queued",
+        ),
+    ],
+)
+def test_a_queued_claim_says_its_place_and_why(
+    queue: dict[str, Any], summary: str, fact: str
+) -> None:
+    diagnosis = diagnose(_seen(**PROVISIONING, operator={"queues": [queue]}))
+    assert diagnosis.blocker == "queued"
+    assert diagnosis.summary == summary
+    assert fact in diagnosis.evidence
+
+
+def test_a_call_in_flight_is_the_verdict_and_a_fact() -> None:
+    state = {
+        "queues": [{"queue": "claims", "processing_for": 12.34, "processing": True}],
+        "calls": [{"rpc": "CreateVolume", "for": 12.31, "timeout": 15.0}],
+    }
+    diagnosis = diagnose(_seen(**PROVISIONING, operator=state))
+    assert diagnosis.blocker == "in-flight"
+    assert diagnosis.state is State.PROGRESSING
+    assert diagnosis.summary == (
+        "waiting for the driver: CreateVolume in flight for 12.3s (timeout 15s)"
+    )
+    assert "operator: CreateVolume in flight for 12.3s (timeout 15s)" in diagnosis.evidence
+    # Without a call (an older operator, or between calls): how long the worker has been on it.
+    state = {"queues": [{"queue": "claims", "processing_for": 2.0, "processing": True}]}
+    diagnosis = diagnose(_seen(**PROVISIONING, operator=state))
+    assert diagnosis.summary == "being worked on: the operator has been on it for 2.0s"
+
+
+def _released(attachment_status: dict[str, Any], deleting: bool) -> Observed:
+    volume = {
+        "metadata": {"name": "pv"},
+        "spec": {"persistentVolumeReclaimPolicy": "Delete"},
+        "status": {"phase": "Released"},
+    }
+    va: dict[str, Any] = {
+        "metadata": {"name": "csi-1"},
+        "spec": {"nodeName": "n1"},
+        "status": attachment_status,
+    }
+    if deleting:
+        va["metadata"]["deletionTimestamp"] = "2026-01-01T11:00:00Z"
+    return Observed(
+        target=Target("persistentvolume", "pv"), now=NOW, object=volume, attachments=[va]
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "deleting", "fact", "step"),
+    [
+        ({"attached": True}, False, "VolumeAttachment csi-1: node n1, attached True",
+         "stop the pods on n1 that use the volume"),
+        ({"attached": True}, True, "VolumeAttachment csi-1: node n1, attached True, being deleted",
+         "explain va/csi-1: it is being detached"),
+        ({"attached": True, "detachError": {"message": "busy"}}, True,
+         "VolumeAttachment csi-1: detaching fails: busy", "explain va/csi-1: detaching it fails"),
+    ],
+)  # fmt: skip
+def test_a_volume_waiting_for_its_attachment(
+    status: dict[str, Any], deleting: bool, fact: str, step: str
+) -> None:
+    diagnosis = diagnose(_released(status, deleting))
+    assert diagnosis.blocker == "still-attached"
+    assert diagnosis.summary == (
+        "the deletion waits for VolumeAttachment csi-1:"
+        " persistentvolume pv is still attached to node n1"
+    )
+    assert fact in diagnosis.evidence
+    assert diagnosis.next_steps[0].startswith(step)
