@@ -5,12 +5,17 @@ lasts until the call's timeout), so the state lasts while explain looks."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import pathlib
 import re
 from typing import Any
 
 import pytest
+import structlog
 
+from kopf_csi.csi import CSIClient, CSITimeoutError
+from kopf_csi.csi import messages as csi
 from kopf_csi.driver import Driver
 from kopf_csi.settings import CSISettings, Settings, WorkerSettings
 from kopf_csi.testing.emulator import EmulatedCluster
@@ -114,3 +119,30 @@ async def test_an_attachment_waiting_for_a_held_controllerpublishvolume(
     # Without the operator, explain sees only that no error is reported yet.
     plain = await until_explained(explain, f"va/{name}", "attaching")
     assert not any(" in flight for " in line for line in plain.text.evidence)
+
+
+async def test_the_registry_holds_a_call_only_while_it_runs(
+    driver: Driver, socket_path: pathlib.Path
+) -> None:
+    """The CSI client's registry: the call's RPC, timeout and object (as the controllers bind
+    it for their log lines) while it runs; nothing once it has failed; never the request."""
+    driver.faults.hang("DeleteVolume", times=1)
+    async with CSIClient(f"unix://{socket_path}", timeout=5.0) as client:
+        request = csi.DeleteVolumeRequest(volume_id="v1", secrets={"password": "hush"})
+        with structlog.contextvars.bound_contextvars(kind="PersistentVolume", name="pv-1"):
+            call = asyncio.create_task(client.delete_volume(request, timeout=2.0))
+            (held,) = await until(lambda: client.calls_in_flight("persistentvolume", None, "pv-1"))
+        assert (held.rpc, held.timeout, held.kind, held.namespace) == (
+            "DeleteVolume",
+            2.0,
+            "PersistentVolume",
+            "",
+        )
+        assert "hush" not in repr(held)
+        assert client.calls_in_flight("persistentvolume", None, "pv-2") == []
+        assert client.calls_in_flight("persistentvolumeclaim", "default", "pv-1") == []
+        with pytest.raises(CSITimeoutError):
+            await call
+        assert client.calls_in_flight("persistentvolume", None, "pv-1") == []
+        await client.delete_volume(request)  # answered: never listed after
+        assert client.calls_in_flight("persistentvolume", None, "pv-1") == []
