@@ -1,7 +1,10 @@
 """An async client for one CSI driver at a unix socket: the operator's only way to the driver.
 
 What belongs here: the channel, the per-call timeout, turning every failure into a `CSIError`,
-logging each call once with secrets stripped, and caching what the driver says about itself.
+logging each call once with secrets stripped, caching what the driver says about itself, and
+knowing which calls are unanswered now and for which object (`calls_in_flight`, for explain's
+debug endpoint: the RPC, its start and timeout, and the object the controller bound for its log
+lines; never the request).
 What does not: deciding what an error means for an operation (final, in progress, reschedule).
 That depends on the operation (RESOURCE_EXHAUSTED reschedules a CreateVolume but is retried for
 ControllerPublishVolume), so those tables live with the operations.
