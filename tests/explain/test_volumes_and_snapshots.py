@@ -207,6 +207,16 @@ async def test_a_snapshot_content_stuck_being_created(
     assert pattern.fullmatch(held.json["summary"].removeprefix("waiting for the driver: "))
     assert any(pattern.fullmatch(line.removeprefix("operator: ")) for line in held.text.evidence)
     assert held.json["state"] == "progressing"
+    # Asked about the snapshot, the operator is asked about its content too: the call is the
+    # content's (the snapshotter works on contents).
+    held = await until_explained(
+        explain, "vs/default/snap", "in-flight", "--operator", operator_url
+    )
+    assert pattern.fullmatch(held.json["summary"].removeprefix("waiting for the driver: "))
+    assert any(
+        pattern.fullmatch(line.removeprefix(f"operator: for VolumeSnapshotContent {content}: "))
+        for line in held.text.evidence
+    ), held.text.evidence
 
 
 async def test_a_snapshot_content_whose_creation_fails(

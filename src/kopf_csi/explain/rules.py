@@ -591,8 +591,12 @@ def _provisioning_failures(walk: _Walk) -> None:
     )
 
 
-def _operator_progress(walk: _Walk) -> None:
-    calls = (walk.seen.operator or {}).get("calls") or []
+def _operator_progress(walk: _Walk, state: Mapping[str, Any] | None = None) -> None:
+    """What the operator is doing about the object now (`state`: its endpoint's answer, the
+    target's unless given), when it says so: a call in flight, a worker on it, its place."""
+    if state is None:
+        state = walk.seen.operator or {}
+    calls = state.get("calls") or []
     if calls:
         raise walk.progressing(
             "in-flight",
@@ -600,7 +604,8 @@ def _operator_progress(walk: _Walk) -> None:
             "wait; a call longer than its timeout fails and is retried (the driver may still"
             " be working: check its logs if this repeats)",
         )
-    queue = _queue_state(walk.seen)
+    queues = state.get("queues") or []
+    queue = queues[0] if queues else None
     if not queue:
         return
     if queue.get("processing_for") is not None:
@@ -844,10 +849,16 @@ def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
         raise walk.blocked(
             "content-missing", f"its {content_kind} {bound} does not exist", "check the class"
         )
-    return _content(walk, seen.content, content_kind)
+    return _content(walk, seen.content, content_kind, seen.content_operator)
 
 
-def _content(walk: _Walk, content: Mapping[str, Any], what: str) -> Diagnosis:
+def _content(
+    walk: _Walk,
+    content: Mapping[str, Any],
+    what: str,
+    state: Mapping[str, Any] | None = None,
+) -> Diagnosis:
+    """A snapshot content; `state` is the operator's answer for it when it is not the target."""
     name = _meta(content).get("name")
     status = _status(content)
     walk.fact(
@@ -862,7 +873,10 @@ def _content(walk: _Walk, content: Mapping[str, Any], what: str) -> Diagnosis:
     if status.get("readyToUse") is True:
         return walk.healthy(f"the {what} {name} is ready to use")
     creating = names.ANN_SNAPSHOT_BEING_CREATED in _annotations(content)
-    _operator_progress(walk)
+    if state is not None:
+        for call in state.get("calls") or []:
+            walk.fact(f"operator: for {what} {name}: {_call_text(call)}")
+    _operator_progress(walk, state)
     if creating:
         raise walk.blocked(
             "content-creating",
