@@ -211,3 +211,44 @@ def test_a_volume_waiting_for_its_attachment(
     )
     assert fact in diagnosis.evidence
     assert diagnosis.next_steps[0].startswith(step)
+
+
+def _resizing(resize: str, conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    claim = _claim(volumeName="pv")
+    claim["spec"]["resources"]["requests"]["storage"] = "2Gi"
+    claim["status"] = {
+        "phase": "Bound",
+        "allocatedResourceStatuses": {"storage": resize},
+        "conditions": conditions or [],
+    }
+    return claim
+
+
+@pytest.mark.parametrize(
+    ("claim", "operator", "blocker", "summary"),
+    [
+        (_resizing("ControllerResizeInProgress"), None, "expanding",
+         "being expanded to 2Gi: the driver has not finished ControllerExpandVolume"),
+        (_resizing("ControllerResizeInProgress"),
+         {"calls": [{"rpc": "ControllerExpandVolume", "for": 3.0, "timeout": 10.0}]}, "in-flight",
+         "waiting for the driver: ControllerExpandVolume in flight for 3.0s (timeout 10s)"),
+        (_resizing("ControllerResizeInProgress", [
+            {"type": "ControllerResizeError", "message": "failed to expand pvc with boom"}]),
+         None, "expansion-failing",
+         "expanding the volume to 2Gi fails: failed to expand pvc with boom"),
+        (_resizing("ControllerResizeInfeasible", [
+            {"type": "ControllerResizeError", "message": "failed to expand pvc with too big"}]),
+         None, "expansion-infeasible",
+         "the expansion is infeasible (ControllerResizeInfeasible):"
+         " failed to expand pvc with too big"),
+        (_resizing("NodeResizePending"), None, "node-expansion",
+         "the volume is expanded to 2Gi; the node must now grow its file system"
+         " (kubelet does it for a pod that uses the claim)"),
+    ],
+)  # fmt: skip
+def test_resize_rules(
+    claim: dict[str, Any], operator: dict[str, Any] | None, blocker: str, summary: str
+) -> None:
+    volume = {"metadata": {"name": "pv"}, "status": {"phase": "Bound"}}
+    diagnosis = diagnose(_seen(object=claim, volume=volume, operator=operator))
+    assert (diagnosis.blocker, diagnosis.summary) == (blocker, summary)

@@ -319,3 +319,65 @@ async def test_a_group_snapshot_is_well(
     ]
     assert found.text.code == 0
     assert found.json["state"] == "healthy"
+
+
+async def test_an_expansion_in_flight_then_left_to_the_node(
+    cluster: EmulatedCluster,
+    kcm: Any,
+    operator: OperatorThread,
+    driver: Driver,
+    explain: Any,
+    operator_url: str,
+) -> None:
+    """The driver holds ControllerExpandVolume once (until the resizer's timeout): explain says
+    the expansion is under way, and with the operator which call and for how long; once the
+    retry expands the volume, the file system is the node's to grow (no pod uses the claim)."""
+    driver.faults.hang("ControllerExpandVolume", times=1)
+    await _bound(cluster, operator)
+    cluster.patch(
+        "persistentvolumeclaims", "default", "data",
+        {"spec": {"resources": {"requests": {"storage": "2Mi"}}}},
+    )  # fmt: skip
+    plain = await until_explained(explain, "pvc/default/data", "expanding")
+    assert plain.json["summary"] == (
+        "being expanded to 2Mi: the driver has not finished ControllerExpandVolume"
+    )
+    assert f"resize: {names.RESIZE_CONTROLLER_IN_PROGRESS}" in plain.text.evidence
+    assert plain.text.code == 1
+    held = await until_explained(
+        explain, "pvc/default/data", "in-flight", "--operator", operator_url
+    )
+    timeout = operator.settings.resizer.timeout
+    pattern = re.compile(rf"ControllerExpandVolume in flight for \d+\.\ds \(timeout {timeout:g}s\)")
+    assert pattern.fullmatch(held.json["summary"].removeprefix("waiting for the driver: "))
+    assert any(pattern.fullmatch(line.removeprefix("operator: ")) for line in held.text.evidence)
+    assert held.text.first_line.startswith("WAITING: persistentvolumeclaim/default/data: ")
+
+    node = await until_explained(explain, "pvc/default/data", "node-expansion")
+    assert node.json["summary"] == (
+        "the volume is expanded to 2Mi; the node must now grow its file system"
+        " (kubelet does it for a pod that uses the claim)"
+    )
+    assert f"resize: {names.RESIZE_NODE_PENDING}" in node.text.evidence
+    assert node.json["next"] == ["start a pod that uses the claim, or restart the one that does"]
+    assert node.text.code == 1
+
+
+async def test_an_expansion_the_driver_refuses(
+    cluster: EmulatedCluster, kcm: Any, operator: OperatorThread, driver: Driver, explain: Any
+) -> None:
+    """A final error that is not infeasible (INTERNAL): the ControllerResizeError condition,
+    retried with backoff."""
+    driver.faults.fail("ControllerExpandVolume", Code.INTERNAL, message="the array is degraded")
+    await _bound(cluster, operator)
+    cluster.patch(
+        "persistentvolumeclaims", "default", "data",
+        {"spec": {"resources": {"requests": {"storage": "2Mi"}}}},
+    )  # fmt: skip
+    found = await until_explained(explain, "pvc/default/data", "expansion-failing")
+    assert found.json["summary"].startswith(
+        "expanding the volume to 2Mi fails: failed to expand pvc with rpc error: code = Internal"
+    )
+    assert "the array is degraded" in found.json["summary"]
+    assert found.text.code == 1
+    assert found.json["state"] == "blocked"

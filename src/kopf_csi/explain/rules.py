@@ -641,27 +641,70 @@ def _bound_claim(walk: _Walk) -> Diagnosis:
             f"the claim is Bound to {name}, which does not exist",
             "restore the PersistentVolume; the claim becomes Lost otherwise",
         )
-    _resize(walk, seen.object)
+    _resize(walk, seen.object, seen.operator or {})
     _attachment_errors(walk)
     return walk.healthy(f"the claim is Bound to {name}")
 
 
-def _resize(walk: _Walk, claim: Mapping[str, Any]) -> None:
+def _resize(walk: _Walk, claim: Mapping[str, Any], state: Mapping[str, Any] | None) -> None:
+    """Where an expansion stands (`allocatedResourceStatuses`); `state` is the operator's
+    answer for the claim (None when the target is not the claim)."""
     seen = walk.seen
     statuses = _status(claim).get("allocatedResourceStatuses") or {}
-    state = statuses.get("storage")
-    if state is None:
+    resize = statuses.get("storage")
+    if resize is None:
         return
-    walk.fact(f"resize: {state}")
-    if state in (names.RESIZE_CONTROLLER_INFEASIBLE, names.RESIZE_NODE_INFEASIBLE):
-        errors = _warnings(seen, names.REASON_VOLUME_RESIZE_FAILED)
-        detail = f": {errors[0].get('message')}" if errors else ""
+    walk.fact(f"resize: {resize}")
+    error = _resize_error(seen, claim, resize)
+    if resize in (names.RESIZE_CONTROLLER_INFEASIBLE, names.RESIZE_NODE_INFEASIBLE):
         raise walk.blocked(
             "expansion-infeasible",
-            f"the expansion is infeasible ({state}){detail}",
+            f"the expansion is infeasible ({resize}){f': {error}' if error else ''}",
             "lower spec.resources.requests.storage back to the size the volume has"
             " (recovery from a failed expansion), or fix what the driver says",
         )
+    wanted = ((_spec(claim).get("resources") or {}).get("requests") or {}).get("storage")
+    if resize == names.RESIZE_CONTROLLER_IN_PROGRESS:
+        if state is not None:
+            _operator_progress(walk, state)
+        if error:
+            raise walk.blocked(
+                "expansion-failing",
+                f"expanding the volume to {wanted} fails: {error}",
+                "fix what the message names; the resizer retries with backoff",
+            )
+        if seen.target.kind == "persistentvolumeclaim":
+            retried = _warnings(seen, names.REASON_VOLUME_RESIZE_FAILED)
+            if retried:  # a failure the resizer retries (a timeout): no condition
+                walk.fact(_event_line(seen, retried[0]))
+        raise walk.progressing(
+            "expanding",
+            f"being expanded to {wanted}: the driver has not finished ControllerExpandVolume",
+            "look again in a few seconds; the claim's events say when it ends",
+        )
+    if resize in (names.RESIZE_NODE_PENDING, names.RESIZE_NODE_IN_PROGRESS):
+        raise walk.progressing(
+            "node-expansion",
+            f"the volume is expanded to {wanted}; the node must now grow its file system"
+            " (kubelet does it for a pod that uses the claim)",
+            "start a pod that uses the claim, or restart the one that does",
+        )
+
+
+def _resize_error(seen: Observed, claim: Mapping[str, Any], resize: str) -> str | None:
+    """The resize error: the claim's condition (kept while it lasts), else its newest event."""
+    wanted = (
+        names.CONDITION_NODE_RESIZE_ERROR
+        if resize.startswith("Node")
+        else names.CONDITION_CONTROLLER_RESIZE_ERROR
+    )
+    for condition in _status(claim).get("conditions") or []:
+        if condition.get("type") == wanted and condition.get("message"):
+            return str(condition["message"])
+    if seen.target.kind != "persistentvolumeclaim":
+        return None  # the events read are the target's, not the claim's
+    errors = _warnings(seen, names.REASON_VOLUME_RESIZE_FAILED)
+    return str(errors[0].get("message")) if errors and resize.endswith("Infeasible") else None
 
 
 def _attachment_errors(walk: _Walk) -> None:
@@ -714,7 +757,7 @@ def _volume(walk: _Walk) -> Diagnosis:
     if phase == "Released":
         return walk.healthy("released and kept: the reclaim policy is Retain")
     if seen.claim is not None:
-        _resize(walk, seen.claim)
+        _resize(walk, seen.claim, None)
     _attachment_errors(walk)
     return walk.healthy(f"the volume is {phase}")
 
