@@ -121,6 +121,11 @@ def explain(kubeconfig: pathlib.Path) -> Any:
     return explain
 
 
+def in_flight(rpc: str, timeout: float) -> re.Pattern[str]:
+    """What explain says of a held call: `CreateVolume in flight for 12.3s (timeout 30s)`."""
+    return re.compile(rf"{rpc} in flight for \d+\.\ds \(timeout {timeout:g}s\)")
+
+
 def _durations_apart(text: str) -> str:
     """`in flight for 12.3s` → `in flight for N.Ns`: what differs between two runs."""
     return re.sub(r"\d+\.\ds\b", "N.Ns", text)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pathlib
-import re
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from kopf_csi.testing.operator import OperatorThread
 
 from ..conftest import until
 from ..provisioner.conftest import make_claim, make_pod, make_storage_class
-from .conftest import until_explained
+from .conftest import in_flight, until_explained
 
 CSI_TIMEOUT = 30.0
 """Long enough that a held CreateVolume stays in flight while explain looks."""
@@ -34,10 +33,6 @@ def settings(settings: Settings) -> Settings:
     """One provisioning worker (`--worker-threads 1`), and a long CSI timeout."""
     csi = CSISettings(address=settings.csi.address, timeout=CSI_TIMEOUT, connect_timeout=10.0)
     return dataclasses.replace(settings, csi=csi, workers=WorkerSettings(provisioner=1))
-
-
-def _in_flight(rpc: str, timeout: float) -> re.Pattern[str]:
-    return re.compile(rf"{rpc} in flight for \d+\.\ds \(timeout {timeout:g}s\)")
 
 
 async def test_a_claim_waiting_its_turn_behind_a_held_createvolume(
@@ -54,7 +49,7 @@ async def test_a_claim_waiting_its_turn_behind_a_held_createvolume(
     first = await until_explained(
         explain, "pvc/default/first", "in-flight", "--operator", operator_url
     )
-    assert _in_flight("CreateVolume", CSI_TIMEOUT).fullmatch(
+    assert in_flight("CreateVolume", CSI_TIMEOUT).fullmatch(
         first.json["summary"].removeprefix("waiting for the driver: ")
     ), first.json["summary"]
     assert first.text.first_line.startswith("WAITING: persistentvolumeclaim/default/first: ")
@@ -62,7 +57,7 @@ async def test_a_claim_waiting_its_turn_behind_a_held_createvolume(
     assert first.json["state"] == "progressing"
     calls = [line for line in first.text.evidence if " in flight for " in line]
     assert len(calls) == 1, first.text.evidence
-    assert _in_flight("operator: CreateVolume", CSI_TIMEOUT).fullmatch(calls[0]), calls
+    assert in_flight("operator: CreateVolume", CSI_TIMEOUT).fullmatch(calls[0]), calls
 
     for name in ("second", "third", "fourth"):
         make_claim(cluster, name)
@@ -107,13 +102,13 @@ async def test_an_attachment_waiting_for_a_held_controllerpublishvolume(
     assert found.text.first_line.startswith(
         f"WAITING: volumeattachment/{name}: waiting for the driver: ControllerPublishVolume"
     )
-    assert _in_flight("ControllerPublishVolume", timeout).fullmatch(
+    assert in_flight("ControllerPublishVolume", timeout).fullmatch(
         found.json["summary"].removeprefix("waiting for the driver: ")
     ), found.json["summary"]
     assert found.text.evidence[0].endswith("node node-1, attached False")
     calls = [line for line in found.text.evidence if " in flight for " in line]
     assert len(calls) == 1, found.text.evidence
-    assert _in_flight("operator: ControllerPublishVolume", timeout).fullmatch(calls[0])
+    assert in_flight("operator: ControllerPublishVolume", timeout).fullmatch(calls[0])
     assert found.text.code == 1
     assert found.json["state"] == "progressing"
     # Without the operator, explain sees only that no error is reported yet.

@@ -6,7 +6,6 @@ group side) makes snapshots' contents; the driver's size limit is 4 MiB."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,7 +28,7 @@ from ..provisioner.conftest import (
     settled,
     wait_for_bound,
 )
-from .conftest import until_explained
+from .conftest import in_flight, until_explained
 
 MiB = 1024**2
 
@@ -76,6 +75,15 @@ def _snapshot(cluster: EmulatedCluster, name: str = "snap", claim: str = "data")
     )  # fmt: skip
 
 
+def _grow(cluster: EmulatedCluster, size: str) -> None:
+    patch = {"spec": {"resources": {"requests": {"storage": size}}}}
+    cluster.patch("persistentvolumeclaims", "default", "data", patch)
+
+
+def _status(cluster: EmulatedCluster, plural: str, namespace: str | None, name: str) -> Body:
+    return (cluster.get(plural, namespace, name) or {}).get("status") or {}
+
+
 # -- a PV whose deletion waits for a VolumeAttachment ---------------------------------------
 
 
@@ -90,13 +98,7 @@ async def test_a_volume_whose_deletion_waits_for_its_attachment(
     make_pod(cluster, "app", "data")
     va = await until(lambda: cluster.objects("volumeattachments"))
     va_name = va[0]["metadata"]["name"]
-    await until(
-        lambda: (
-            (cluster.get("volumeattachments", None, va_name) or {})
-            .get("status", {})
-            .get("attached")
-        )
-    )
+    await until(lambda: _status(cluster, "volumeattachments", None, va_name).get("attached"))
     driver.faults.fail("ControllerUnpublishVolume", Code.INTERNAL, message="the LUN is busy")
     cluster.delete("pods", "default", "app")
     cluster.delete("persistentvolumeclaims", "default", "data")
@@ -112,13 +114,7 @@ async def test_a_volume_whose_deletion_waits_for_its_attachment(
         found.text.evidence
     )
     # Why it stays: detaching fails, which explain reads from the attachment.
-    await until(
-        lambda: (
-            (cluster.get("volumeattachments", None, va_name) or {})
-            .get("status", {})
-            .get("detachError")
-        )
-    )
+    await until(lambda: _status(cluster, "volumeattachments", None, va_name).get("detachError"))
     found = await until_explained(explain, f"pv/{name}", "still-attached")
     assert _has(
         found.text.evidence, f"VolumeAttachment {va_name}: detaching fails:", "the LUN is busy"
@@ -143,10 +139,7 @@ async def test_an_infeasible_expansion(
     """The driver's limit is 4 MiB: growing to 8 MiB is OUT_OF_RANGE, which the resizer takes
     as infeasible (ControllerResizeInfeasible)."""
     await _bound(cluster, operator)
-    cluster.patch(
-        "persistentvolumeclaims", "default", "data",
-        {"spec": {"resources": {"requests": {"storage": "8Mi"}}}},
-    )  # fmt: skip
+    _grow(cluster, "8Mi")
     claim = cluster.get("persistentvolumeclaims", "default", "data")
     assert claim is not None
     await until(lambda: events_for(cluster, claim, names.REASON_VOLUME_RESIZE_FAILED))
@@ -203,7 +196,7 @@ async def test_a_snapshot_content_stuck_being_created(
     # The operator knows more: the call in flight, and for how long.
     held = await until_explained(explain, f"vsc/{content}", "in-flight", "--operator", operator_url)
     timeout = operator.settings.snapshotter.timeout
-    pattern = re.compile(rf"CreateSnapshot in flight for \d+\.\ds \(timeout {timeout:g}s\)")
+    pattern = in_flight("CreateSnapshot", timeout)
     assert pattern.fullmatch(held.json["summary"].removeprefix("waiting for the driver: "))
     assert any(pattern.fullmatch(line.removeprefix("operator: ")) for line in held.text.evidence)
     assert held.json["state"] == "progressing"
@@ -251,13 +244,7 @@ async def test_a_snapshot_and_its_content_are_well(
     _snapshot_class(cluster)
     snap = _snapshot(cluster)
     content = content_name(snap)
-    await until(
-        lambda: (
-            (cluster.get("volumesnapshots", "default", "snap") or {})
-            .get("status", {})
-            .get("readyToUse")
-        )
-    )
+    await until(lambda: _status(cluster, "volumesnapshots", "default", "snap").get("readyToUse"))
     found = await until_explained(explain, "vs/default/snap", "")
     assert found.text.first_line == (
         "OK: volumesnapshot/default/snap: the VolumeSnapshot is ready to use"
@@ -302,11 +289,7 @@ async def test_a_group_snapshot_is_well(
                   "volumeGroupSnapshotClassName": "groupclass"}},
     )  # fmt: skip
     await until(
-        lambda: (
-            (cluster.get("volumegroupsnapshots", "default", "group") or {})
-            .get("status", {})
-            .get("readyToUse")
-        ),
+        lambda: _status(cluster, "volumegroupsnapshots", "default", "group").get("readyToUse"),
         timeout=20,
     )
     found = await until_explained(explain, "vgs/default/group", "")
@@ -334,10 +317,7 @@ async def test_an_expansion_in_flight_then_left_to_the_node(
     retry expands the volume, the file system is the node's to grow (no pod uses the claim)."""
     driver.faults.hang("ControllerExpandVolume", times=1)
     await _bound(cluster, operator)
-    cluster.patch(
-        "persistentvolumeclaims", "default", "data",
-        {"spec": {"resources": {"requests": {"storage": "2Mi"}}}},
-    )  # fmt: skip
+    _grow(cluster, "2Mi")
     plain = await until_explained(explain, "pvc/default/data", "expanding")
     assert plain.json["summary"] == (
         "being expanded to 2Mi: the driver has not finished ControllerExpandVolume"
@@ -348,7 +328,7 @@ async def test_an_expansion_in_flight_then_left_to_the_node(
         explain, "pvc/default/data", "in-flight", "--operator", operator_url
     )
     timeout = operator.settings.resizer.timeout
-    pattern = re.compile(rf"ControllerExpandVolume in flight for \d+\.\ds \(timeout {timeout:g}s\)")
+    pattern = in_flight("ControllerExpandVolume", timeout)
     assert pattern.fullmatch(held.json["summary"].removeprefix("waiting for the driver: "))
     assert any(pattern.fullmatch(line.removeprefix("operator: ")) for line in held.text.evidence)
     assert held.text.first_line.startswith("WAITING: persistentvolumeclaim/default/data: ")
@@ -370,10 +350,7 @@ async def test_an_expansion_the_driver_refuses(
     retried with backoff."""
     driver.faults.fail("ControllerExpandVolume", Code.INTERNAL, message="the array is degraded")
     await _bound(cluster, operator)
-    cluster.patch(
-        "persistentvolumeclaims", "default", "data",
-        {"spec": {"resources": {"requests": {"storage": "2Mi"}}}},
-    )  # fmt: skip
+    _grow(cluster, "2Mi")
     found = await until_explained(explain, "pvc/default/data", "expansion-failing")
     assert found.json["summary"].startswith(
         "expanding the volume to 2Mi fails: failed to expand pvc with rpc error: code = Internal"
