@@ -94,7 +94,8 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
 
 async def _connect_without_driver(memo: kopf.Memo, config: Settings) -> None:
     """`--no-csi`: the API and the caches only. Each registered provisioner back end holds its
-    own Lease (`handlers.provisioner`); the CSI controllers find no driver and stay idle."""
+    own Lease (`kopf_csi_handlers.provisioner`); the CSI controllers find no driver and stay
+    idle."""
     memo.csi = memo.recorder = memo.leadership = None
     api = await _connect_api(memo, config)
     await _start_caches(memo, api, config)
@@ -108,6 +109,10 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
     detail), served by the HTTP health endpoint)."""
     memo.stoppers = []
     memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
+    # As many connections as the provisioner's workers use in a burst, opened now and not
+    # during the burst: 100 handshakes at once made each request wait 50-300 ms for its own.
+    warming = asyncio.create_task(api.warm(config.workers.provisioner), name="api-warm")
+    memo.stoppers.append(_cancel(warming))
     if getattr(memo, "health_checks", None) is None:
         memo.health_checks = {}
     return api
@@ -136,7 +141,7 @@ async def _prime(api: kube.KubeClient, caches: Caches) -> dict[str, str]:
     """One LIST per cached kind before any controller starts (the Go WaitForCacheSync).
 
     Returns each kind's list resourceVersion: the PV informer watches on from there instead of
-    listing every PV a second time (`handlers.caches`)."""
+    listing every PV a second time (`kopf_csi_handlers.caches`)."""
     return {
         resource.plural: await _prime_kind(api, resource, cache)
         for resource, cache in _primed_kinds(caches).items()
@@ -242,7 +247,7 @@ async def driver_ready(memo: kopf.Memo, **_: Any) -> str:
     return "ready" if response.ready is None or response.ready else "not-ready"
 
 
-def _cancel(task: asyncio.Task[None]) -> Callable[[], Awaitable[None]]:
+def _cancel(task: asyncio.Task[Any]) -> Callable[[], Awaitable[None]]:
     async def stop() -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

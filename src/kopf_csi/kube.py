@@ -9,6 +9,7 @@ per-object CPU went there).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import dataclasses
@@ -69,6 +70,8 @@ Page = list[Body]  # (`list` is also a method name in KubeClient)
 Versions = list[str]
 PatchType = Literal["merge", "json", "strategic"]
 LIST_PAGE_SIZE = 500
+KEEPALIVE = 60.0
+"""Seconds an idle connection to the API server is kept (aiohttp's default: 15 s)."""
 WATCH_TIMEOUT = 300  # seconds a watch request runs before the server ends it (client-go: 5-10 min)
 """Objects per LIST page: client-go's pager and reflector use 500, and so do we (and kopf)."""
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -348,7 +351,22 @@ class KubeClient:
         # environment for proxies and a netrc file on every request, about a fifth of the
         # operator's CPU per volume (docs/benchmarks.md). The proxy is resolved once, above.
         api.rest_client.pool_manager._trust_env = False
+        # Every new connection is a TLS handshake (client-go multiplexes one HTTP/2
+        # connection; aiohttp has HTTP/1.1 only): what a burst opened is kept for the next one
+        # (below a server's idle timeout, so that it is the server that never closes first).
+        connector: Any = api.rest_client.pool_manager.connector
+        connector._keepalive_timeout = KEEPALIVE
         return cls(api)
+
+    async def warm(self, connections: int) -> int:
+        """Open up to `connections` connections now (TCP and TLS: `connections` requests at
+        once, each on a new one), so that a burst of requests finds them open instead of
+        waiting for as many handshakes at once; how many requests succeeded."""
+        limit = self._api.rest_client.pool_manager.connector.limit or connections
+        answers = await asyncio.gather(
+            *(self.version() for _ in range(min(connections, limit))), return_exceptions=True
+        )
+        return sum(not isinstance(answer, BaseException) for answer in answers)
 
     async def close(self) -> None:
         await self._api.close()

@@ -59,6 +59,22 @@ def _claim(name: str) -> dict[str, Any]:
     }
 
 
+def create_volume_request(name: str) -> csi.CreateVolumeRequest:
+    """What the provisioner asks for a 1 MiB filesystem claim (for the driver directly)."""
+    return csi.CreateVolumeRequest(
+        name=name,
+        capacity_range=csi.CapacityRange(required_bytes=1024 * 1024),
+        volume_capabilities=[
+            csi.VolumeCapability(
+                mount=csi.VolumeCapabilityMountVolume(),
+                access_mode=csi.VolumeCapabilityAccessMode(
+                    mode=csi.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
+                ),
+            )
+        ],
+    )
+
+
 def _journal(cluster: EmulatedCluster) -> dict[str, Any]:
     config_map = cluster.get("configmaps", "default", JOURNAL)
     return {k: json.loads(v) for k, v in ((config_map or {}).get("data") or {}).items()}
@@ -85,19 +101,7 @@ async def test_deleted_claim_is_finished_after_a_restart(
     # What the interrupted call did on the driver: it created the volume after all.
     driver.faults.clear()
     async with CSIClient(str(socket_path)) as client:
-        request = csi.CreateVolumeRequest(
-            name=f"pvc-{uid}",
-            capacity_range=csi.CapacityRange(required_bytes=1024 * 1024),
-            volume_capabilities=[
-                csi.VolumeCapability(
-                    mount=csi.VolumeCapabilityMountVolume(),
-                    access_mode=csi.VolumeCapabilityAccessMode(
-                        mode=csi.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
-                    ),
-                )
-            ],
-        )
-        await client.create_volume(request)
+        await client.create_volume(create_volume_request(f"pvc-{uid}"))
     assert len(driver.state.volumes) == 1
     cluster.delete("persistentvolumeclaims", "default", "data")  # meanwhile, the user gave up
 

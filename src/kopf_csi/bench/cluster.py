@@ -54,6 +54,7 @@ class Timeline:
         self.volume_deleted: dict[str, float] = {}
         self.annotated: dict[str, float] = {}  # the KCM asked for provisioning
         self.provisioning: dict[str, float] = {}  # the operator's Normal Provisioning event
+        self.create_volume: dict[str, float] = {}  # the driver made its volume (CreateVolume)
         self.volumes = 0  # PVs present now
         self.va_created: dict[str, float] = {}
         self.va_attached: dict[str, float] = {}

@@ -10,6 +10,8 @@ otherwise), and talks to its parent over stdin and stdout, one JSON line each wa
 - ``stats`` on stdin: it prints the cache sizes and the work queues' state;
 - ``gc``: a full garbage collection, and how many objects it freed and tracks;
 - ``memory`` (with ``--tracemalloc``): the top allocation sites of live memory;
+- ``waits SINCE UNTIL`` (perf_counter seconds): where claims waited (`kopf_csi.bench.waits`),
+  the event loop's lag among them, and its worst lag per 100 ms between the two moments;
 - ``stop``, or the end of stdin (the parent is gone): it stops kopf and exits.
 
 ``--profile PATH`` (or ``KOPF_CSI_BENCH_PROFILE=PATH``) runs cProfile in every thread (kopf's
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kopf_csi import logs
+from kopf_csi.bench.waits import Waits
 from kopf_csi.queueing import WorkQueue
 from kopf_csi.settings import CSISettings, KubeSettings, Settings, WorkerSettings
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
@@ -129,6 +132,10 @@ def _memory(limit: int = 25) -> dict[str, Any]:
     return {"traced_kib": total // 1024, "peak_kib": peak // 1024, "top": top}
 
 
+async def _on_loop(function: Any) -> None:
+    function()
+
+
 async def _serve(args: argparse.Namespace) -> int:
     settings = Settings(
         csi=CSISettings(address=args.csi_address, timeout=args.csi_timeout),
@@ -143,6 +150,10 @@ async def _serve(args: argparse.Namespace) -> int:
     except (TimeoutError, RuntimeError) as exc:
         _say({"ready": False, "error": repr(exc)})
         return 1
+    waits = Waits(operator.memo)
+    loop = operator._loop  # the operator's own loop, in its thread
+    assert loop is not None
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
     _say({"ready": True, "pid": os.getpid(), "modules": list(operator.modules)})
     try:
         while True:
@@ -156,6 +167,14 @@ async def _serve(args: argparse.Namespace) -> int:
                 _say({"collected": gc.collect(), "objects": len(gc.get_objects())})
             elif command == "memory":
                 _say(_memory())
+            elif command.startswith("waits"):
+                since, until = (float(word) for word in command.split()[1:3])
+                _say(
+                    {
+                        **waits.summary(since=since),
+                        "lag_by_100ms": waits.lag_timeline(since=since, until=until),
+                    }
+                )
             else:
                 _say({"error": f"unknown command {command!r}"})
     finally:

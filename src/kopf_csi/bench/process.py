@@ -91,6 +91,11 @@ class OperatorProcess:
         await self._send("memory")
         return await asyncio.wait_for(self._read(), 120.0)
 
+    async def waits(self, since: float, until: float) -> dict[str, Any]:
+        """Where claims waited inside the operator since `since` (`kopf_csi.bench.waits`)."""
+        await self._send(f"waits {since} {until}")
+        return await asyncio.wait_for(self._read(), 10.0)
+
     def sample(self) -> procfs.Sample:
         return procfs.sample(self.pid)
 

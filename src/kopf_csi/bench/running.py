@@ -32,6 +32,8 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import functools
+import gc
 import json
 import os
 import pathlib
@@ -45,16 +47,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from kopf_csi import logs, names
+from kopf_csi import heap, logs, names
 from kopf_csi.bench import procfs, report
 from kopf_csi.bench.cluster import MeasuredCluster, Timeline
+from kopf_csi.bench.looplag import LagProbe
 from kopf_csi.bench.process import OperatorProcess, OperatorProcessError
 from kopf_csi.bench.progress import Progress
 from kopf_csi.csi import CSIClient
 from kopf_csi.csi import messages as csi
 from kopf_csi.driver import DriverConfig, Features, running_driver
+from kopf_csi.driver.calllog import CallLog, CallRecord
 from kopf_csi.driver.config import DEFAULT_NAME, DEFAULT_TOPOLOGY_KEY, Limits
 from kopf_csi.testing.kcm import PV_CONTROLLER, ControllerManager
+from kopf_csi.testing.latency import REAL_SERVER, LatencyModel
 
 __all__ = ["BenchError", "Options", "main", "run", "run_attach", "run_claims", "run_scale"]
 
@@ -68,6 +73,7 @@ KCM_RESYNC_PERIOD = 15.0  # seconds: KCM's --pvclaimbinder-sync-period default
 QUIET = 0.5  # seconds without an operator request, its queues empty: the operator is done
 IDLE_CPU = 0.03  # at most this much operator CPU (s) in the last second: it is idle
 Body = dict[str, Any]
+LATENCY_MODELS: dict[str, LatencyModel | None] = {"real": REAL_SERVER, "none": None}
 
 
 class BenchError(RuntimeError):
@@ -96,9 +102,14 @@ class Options:
     log_level: str = "INFO"
     """The operator's log level: `kopf-csi run`'s default, as deployed."""
     write_latency: float = 0.0
-    """Seconds each of the operator's writes waits before the emulated API applies it."""
-    tls: bool = False
-    """The emulated API over HTTPS, as a real server (the operator pays for TLS)."""
+    """Seconds each of the operator's writes waits before the emulated API applies it (only
+    with `latency="none"`: a uniform model)."""
+    tls: bool = True
+    """The emulated API over HTTPS, as a real server and every real client (the operator pays
+    for TLS)."""
+    latency: str = "real"
+    """The emulated API's request durations (`LATENCY_MODELS`): `real`, the real server's under
+    a 200-claim burst (`kopf_csi.testing.latency.REAL_SERVER`), or `none` (microseconds)."""
 
 
 # -- the environment ---------------------------------------------------------------------------
@@ -148,6 +159,8 @@ class _Env:
     socket_path: pathlib.Path | None = None
     threads_peak: int = 0
     spawned_at: float = 0.0
+    lag: LagProbe = dataclasses.field(default_factory=LagProbe)
+    """The benchmark process's own loop (the emulated API, the KCM stand-in, the driver)."""
     bench_cpu_before: float = 0.0
     errors_before: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     modules: list[str] = dataclasses.field(default_factory=list)
@@ -238,16 +251,24 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
         durable=False,
     )
     failed = True
+    if options.latency not in LATENCY_MODELS:
+        raise BenchError(f"unknown latency model {options.latency!r}: {sorted(LATENCY_MODELS)}")
+    calls = CallLog()
     try:
         async with (
-            MeasuredCluster(write_latency=options.write_latency, tls=options.tls) as cluster,
+            MeasuredCluster(
+                write_latency=options.write_latency,
+                tls=options.tls,
+                latency=LATENCY_MODELS[options.latency],
+            ) as cluster,  # fmt: skip
             # KCM is its own process on a real cluster: it never holds the API server up for a
             # whole pass, so here it lets the emulated API serve others after each object. Its
             # resync (15 s, at a moment unrelated to the run) is left out: the writes per phase
             # stay exact, and the PATCHes a resync adds are reported as their expectation.
             ControllerManager(cluster, yield_every=1, resync_period=None) as kcm,
-            running_driver(config, socket_path=socket_path, grace=1.0) as driver,
+            running_driver(config, socket_path=socket_path, grace=1.0, calls=calls) as driver,
         ):
+            calls.subscribe(functools.partial(_created_on_driver, cluster.timeline))
             for plural, body in _seed_objects():
                 cluster.create(plural, body)
             kubeconfig = cluster.write_kubeconfig(workdir / "kubeconfig")
@@ -261,6 +282,7 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
                 log_level=options.log_level,
             )
             env = _Env(cluster, kcm, driver, operator, progress, timeout, socket_path)
+            env.lag.start()
             try:
                 yield env
             finally:
@@ -269,10 +291,17 @@ async def _environment(options: Options, progress: Progress, timeout: float) -> 
                     raise BenchError(f"the operator exited with {code}\n{operator.log_tail()}")
         failed = False
     finally:
+        gc.unfreeze()  # what `heap.freeze_startup` froze (a test's process goes on)
         if temporary and not failed:
             shutil.rmtree(workdir, ignore_errors=True)
         elif failed:
             progress.note(f"kept {workdir} (operator.log has the operator's log)")
+
+
+def _created_on_driver(timeline: Timeline, record: CallRecord) -> None:
+    """CreateVolume made a volume: the claim's step, by its uid (in the name `pvc-<uid>`)."""
+    if record.method == "CreateVolume" and record.name.startswith("pvc-"):
+        timeline.create_volume.setdefault(record.name[len("pvc-") :], time.perf_counter())
 
 
 async def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -312,6 +341,7 @@ def _config(options: Options, env: _Env, **extra: Any) -> dict[str, Any]:
         "driver_durable": False,
         "write_latency": options.write_latency,
         "tls": options.tls,
+        "latency": options.latency,
         **extra,
     }
 
@@ -410,7 +440,38 @@ def _steps(timeline: Timeline, uid: str) -> dict[str, float | None]:
     return {
         "annotated": since(timeline.annotated),  # the KCM stand-in asked for provisioning
         "provisioning_event": since(timeline.provisioning),  # the operator took the claim
+        "create_volume": since(timeline.create_volume),  # the driver made the volume
         "volume": since(timeline.volume_created),
+    }
+
+
+async def _claim_waits(env: _Env, uids: Sequence[str], started: float) -> dict[str, Any]:
+    """Each claim's way to its PV, and where the operator's claims waited.
+
+    A claim arrives when the KCM stand-in annotates it for our provisioner (it is ours to
+    provision from then on), reaches CreateVolume when the driver has made its volume, and its
+    PV once the PV is committed. The PVs per 100 ms since the first claim show bursts and
+    lulls; the operator reports its own waits (`kopf_csi.bench.waits`) over the same span.
+    """
+    timeline = env.cluster.timeline
+    last = max(timeline.volume_created[u] for u in uids)
+    timeline_pvs = [0] * (int((last - started) / 0.1) + 1)
+    for uid in uids:
+        timeline_pvs[int((timeline.volume_created[uid] - started) / 0.1)] += 1
+    made = [u for u in uids if u in timeline.create_volume]
+    return {
+        "pvs_per_100ms": timeline_pvs,
+        "latency_arrival_to_create_volume": report.latencies(
+            [timeline.create_volume[u] - timeline.annotated[u] for u in made]
+        ),
+        "latency_create_volume_to_volume": report.latencies(
+            [timeline.volume_created[u] - timeline.create_volume[u] for u in made]
+        ),
+        "operator_waits": await env.operator.waits(started, last),
+        "bench_loop_lag": {
+            **env.lag.summary(since=started),
+            "by_100ms": env.lag.by_bucket(since=started, until=last),
+        },
     }
 
 
@@ -436,6 +497,8 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
             "requests": report.requests_summary(cluster.counts() - before_start, 1),
         }
         bench_cpu = procfs.cpu_seconds(os.getpid())
+        heap.freeze_startup()  # the emulated API's own GC passes skip the set-up (Go's GC is
+        # concurrent: a real server does not stop for seconds' worth of objects)
 
         # -- provision --
         uids: list[str] = []
@@ -478,6 +541,7 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
         provision["first_volume_steps"] = _steps(timeline, first)
         waits = [timeline.volume_created[u] - timeline.annotated[u] for u in uids]
         provision["mean_wait_for_volume"] = round(sum(waits) / len(waits), 3)
+        provision.update(await _claim_waits(env, uids, mark.started))
         # KCM re-posts ExternalProvisioning for every claim still waiting at its resync (every
         # 15 s, at a moment independent of the burst): a PATCH of the event per such claim.
         provision["kcm_event_patches_expected"] = round(
@@ -1038,7 +1102,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--write-latency", type=float, default=0.0, metavar="SECONDS",
         help="each HTTP write waits this long, as for a real server's etcd (e.g. 0.002)",
     )  # fmt: skip
-    parser.add_argument("--tls", action="store_true", help="the emulated API over HTTPS")
+    parser.add_argument(
+        "--tls", action=argparse.BooleanOptionalAction, default=True,
+        help="the emulated API over HTTPS, as every real client talks (default: on)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--latency", choices=sorted(LATENCY_MODELS), default="real",
+        help="the emulated API's request durations: the real server's under a burst (real, "
+        "the default), or none (microseconds)",
+    )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
     logs.configure(level="WARNING", json=False)
@@ -1056,6 +1128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=args.log_level,
         write_latency=args.write_latency,
         tls=args.tls,
+        latency="none" if args.write_latency else args.latency,
     )
     try:
         result = asyncio.run(run(options, Progress(enabled=not args.no_progress)))

@@ -13,6 +13,17 @@ single JSON merge patch, and removals ride along with the next flush (or go out 
 delay), so a burst of claims costs a fraction of a write per claim and a lone claim about one.
 A claim is never sent to the driver before its record is durable: a failed write fails the
 attempt (and it is retried), which is the safe side.
+
+Latency: a commit is a write to one object, and the API server serialises those (etcd: about
+28 ms each on a loaded real server). With one ConfigMap, a claim that came while a commit was
+in flight waited for it, then for its own: in a burst, claims went to the driver in batches,
+one commit apart, and the PVs came in bursts and lulls. The journal is therefore `LANES`
+ConfigMaps (`kopf-csi-inflight-<driver>`, then `-1`, `-2`, ...), each group-committing on its
+own: a claim goes to a lane with no commit in flight, so its commit starts at once; only when
+every lane is busy does it join the batch of the lane whose commit started first. A record
+stays in its lane until it is removed. After a restart every lane is read. The number of lanes
+is part of the format: it may grow, never shrink (records in a lane no longer read would be
+forgotten).
 """
 
 from __future__ import annotations
@@ -27,10 +38,12 @@ import structlog
 
 from kopf_csi import kube
 
-__all__ = ["Journal", "JournalError", "journal_name", "snapshot_of"]
+__all__ = ["LANES", "Journal", "JournalError", "journal_name", "lane_names", "snapshot_of"]
 
 log = structlog.get_logger("kopf_csi.journal")
 Body = Mapping[str, Any]
+LANES = 4
+"""ConfigMaps per journal: commits in flight at once (never fewer than a release before)."""
 
 
 class JournalError(RuntimeError):
@@ -41,6 +54,12 @@ def journal_name(driver_name: str) -> str:
     """`kopf-csi-inflight-<driver>`, sanitised like the Go sidecars' lease names."""
     safe = "".join(c if c.isalnum() or c == "-" else "-" for c in driver_name.lower())
     return f"kopf-csi-inflight-{safe}".rstrip("-")[:253]
+
+
+def lane_names(name: str, lanes: int = LANES) -> list[str]:
+    """The lanes' ConfigMap names: `name` first (the journal of one ConfigMap before), then
+    `name-1` ... (the base cut so that every name fits in 253 characters)."""
+    return [name] + [f"{name[: 253 - len(str(i)) - 1]}-{i}" for i in range(1, lanes)]
 
 
 def snapshot_of(claim: Body) -> dict[str, Any]:
@@ -59,7 +78,7 @@ def snapshot_of(claim: Body) -> dict[str, Any]:
 
 
 class Journal:
-    """The in-flight claims of one driver, in one ConfigMap (keys: claim UIDs)."""
+    """The in-flight claims of one driver, in `lanes` ConfigMaps (keys: claim UIDs)."""
 
     def __init__(
         self,
@@ -68,12 +87,84 @@ class Journal:
         namespace: str,
         name: str,
         removal_delay: float = 0.1,
+        lanes: int = LANES,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.lanes = [
+            _Lane(api, namespace=namespace, name=lane, removal_delay=removal_delay)
+            for lane in lane_names(name, lanes)
+        ]
+        self.waited = 0.0
+        """Seconds callers of `record` waited for their record to be durable, in all."""
+        self.records = 0
+        self._lane_of: dict[str, _Lane] = {}  # a record stays in its lane until it is removed
+
+    @property
+    def writes(self) -> int:
+        return sum(lane.writes for lane in self.lanes)
+
+    async def load(self) -> dict[str, dict[str, Any]]:
+        """The recorded claims by UID, from every lane (after a restart: those that may still
+        need finishing)."""
+        claims: dict[str, dict[str, Any]] = {}
+        for lane in self.lanes:
+            for uid, claim in (await lane.load()).items():
+                if uid in claims:  # recorded again in another lane, its removal lost here
+                    lane.release(uid)
+                    continue
+                claims[uid] = claim
+                self._lane_of[uid] = lane
+        return claims
+
+    async def record(self, claim: Body) -> None:
+        """Return once the claim is durably recorded (raise JournalError if it cannot be)."""
+        uid = str(claim["metadata"]["uid"])
+        lane = self._lane_of.get(uid) or self._free_lane()
+        self._lane_of[uid] = lane
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await lane.record(uid, claim)
+        finally:
+            self.records += 1
+            self.waited += loop.time() - started
+
+    def holds(self, uid: str) -> bool:
+        """Whether the claim is recorded (or about to be) in a lane and not being dropped."""
+        return any(lane.holds(uid) for lane in self.lanes)
+
+    def release(self, uid: str) -> None:
+        """The outcome is known: drop the record with its lane's next flush (no waiting)."""
+        lane = self._lane_of.pop(uid, None)
+        if lane is not None:
+            lane.release(uid)
+
+    async def close(self) -> None:
+        """Write what is pending (removals) in every lane, then stop."""
+        await asyncio.gather(*(lane.close() for lane in self.lanes))
+
+    def _free_lane(self) -> _Lane:
+        """A lane with no commit in flight (the first such); else the one whose commit
+        started first, which is likely to end first."""
+        for lane in self.lanes:
+            if not lane.busy:
+                return lane
+        return min(self.lanes, key=lambda lane: lane.busy_since)
+
+
+class _Lane:
+    """One ConfigMap of the journal, group-committed: one write in flight at a time."""
+
+    def __init__(
+        self, api: kube.KubeClient, *, namespace: str, name: str, removal_delay: float
     ) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
         self.removal_delay = removal_delay
         self.writes = 0
+        self.busy_since = 0.0  # loop time when its flusher, then its current write, started
         self._adds: dict[str, str] = {}
         self._removes: set[str] = set()
         self._waiters: list[asyncio.Future[None]] = []
@@ -97,13 +188,16 @@ class Journal:
         self._recorded = set(claims)
         return claims
 
+    @property
+    def busy(self) -> bool:
+        """A flush is scheduled or in flight: a new record would wait for it."""
+        return self._flusher is not None and not self._flusher.done()
+
     def holds(self, uid: str) -> bool:
         """Whether the claim is recorded (or about to be) and not being dropped (read-only)."""
         return (uid in self._recorded or uid in self._adds) and uid not in self._removes
 
-    async def record(self, claim: Body) -> None:
-        """Return once the claim is durably recorded (raise JournalError if it cannot be)."""
-        uid = str(claim["metadata"]["uid"])
+    async def record(self, uid: str, claim: Body) -> None:
         if uid in self._recorded and uid not in self._removes:
             return
         self._removes.discard(uid)
@@ -114,7 +208,6 @@ class Journal:
         await waiter
 
     def release(self, uid: str) -> None:
-        """The outcome is known: drop the record with the next flush (no waiting)."""
         if self._adds.pop(uid, None) is not None and uid not in self._recorded:
             return
         if uid in self._recorded:
@@ -130,6 +223,7 @@ class Journal:
 
     def _schedule(self, delay: float) -> None:
         if self._flusher is None or self._flusher.done():
+            self.busy_since = asyncio.get_running_loop().time()
             self._flusher = asyncio.create_task(self._flush_loop(delay))
         elif self._adds:
             self._wake.set()  # a claim is waiting: cut the removals' delay short
@@ -154,6 +248,7 @@ class Journal:
                 _resolve(waiters, None)
                 return
             patch: dict[str, Any] = {"data": {**adds, **dict.fromkeys(removes)}}
+            self.busy_since = asyncio.get_running_loop().time()
             try:
                 await self._write(patch)
             except kube.KubeError as exc:

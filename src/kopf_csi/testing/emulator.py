@@ -43,6 +43,7 @@ import kmock
 from kopf_csi.testing import apimachinery, discovery, openapi, tables
 from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.authorization import Authorizer
+from kopf_csi.testing.latency import Latency, LatencyModel, uniform_writes
 from kopf_csi.testing.requestlog import RequestLog
 
 __all__ = [
@@ -533,7 +534,6 @@ def _verb(method: str, target: _Target, params: Mapping[str, str]) -> str | None
     return verbs.get(method)
 
 
-_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TLS_DIR = Path(__file__).parent / "tls"
 
 
@@ -559,12 +559,13 @@ class EmulatedCluster:
         authorizer: Authorizer | None = None,  # None: no authentication, everything allowed
         write_latency: float = 0.0,  # seconds an HTTP write waits before it is applied
         tls: bool = False,  # HTTPS with the test certificate (testing/tls), as a real server
+        latency: LatencyModel | None = None,  # request durations (testing/latency.py)
     ) -> None:
         self.host, self.port = host, port
         self.tls = tls
-        self.write_latency = write_latency
-        """A real server's write waits for etcd (about 1-5 ms): the writer waits, the server
-        serves others meanwhile. Zero here answers in microseconds."""
+        self.latency = Latency(latency or uniform_writes(write_latency))
+        """How long each HTTP request waits before it is served, the server serving others
+        meanwhile (a real server's writes wait for etcd); none by default."""
         self.storage_protection = storage_protection
         self.authorizer = authorizer
         self.bookmark_interval = bookmark_interval
@@ -1097,9 +1098,14 @@ class EmulatedCluster:
             )
             if refusal is not None:
                 return aiohttp.web.json_response(refusal, status=refusal["code"], dumps=_dumps)
-        if self.write_latency and request.method in _WRITE_METHODS:
-            await asyncio.sleep(self.write_latency)
         target = _parse_path(request.path)
+        watch = request.method == "GET" and _truthy(request.query.get("watch"))
+        async with self.latency.request(request.method, target, watch=watch):  # latency.py
+            return await self._route(request, target)
+
+    async def _route(
+        self, request: aiohttp.web.BaseRequest, target: _Target | None
+    ) -> aiohttp.web.StreamResponse:
         if target is None and request.path.startswith("/openapi/"):
             return self._serve_openapi(request.path)
         if target is None:
@@ -1114,6 +1120,15 @@ class EmulatedCluster:
         for warning in request.get(_WARNINGS, ()):
             response.headers.add("Warning", f'299 - "{_dumps(warning)[1:-1]}"')
         return response
+
+    @property
+    def write_latency(self) -> float:
+        """Seconds every HTTP write waits (a uniform model; see `latency` for a full one)."""
+        return self.latency.model.write
+
+    @write_latency.setter
+    def write_latency(self, seconds: float) -> None:
+        self.latency = Latency(uniform_writes(seconds))
 
     async def _serve(
         self, request: aiohttp.web.BaseRequest, target: _Target

@@ -1,0 +1,77 @@
+"""The event loop's lag: how late a callback runs after it was due.
+
+The operator is one Python thread. While a callback or a task step runs, every other one that
+is ready waits: a watch event, an API answer, a CSI answer. A `LagProbe` schedules itself
+every `interval` seconds with `call_later` and notes how late it ran; that lateness is the
+wait of anything that became ready at the same moment. It costs one callback per interval
+(about 2 µs each: 0.02 % of a core at 10 ms).
+
+    probe = LagProbe(interval=0.01)
+    probe.start()            # on the loop to measure
+    probe.summary()          # {"samples": ..., "mean_ms": ..., "p99_ms": ..., "max_ms": ...}
+    probe.by_bucket(since=t0, width=0.1)   # the worst lag in each 100 ms since t0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+__all__ = ["LagProbe"]
+
+
+class LagProbe:
+    """Samples of (when it was due, how late it ran), on `time.perf_counter`."""
+
+    def __init__(self, *, interval: float = 0.01, keep: int = 100_000) -> None:
+        self.interval = interval
+        self.keep = keep
+        self.samples: list[tuple[float, float]] = []
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = 0.0
+
+    def start(self) -> None:
+        """Start sampling on the running loop (call it from the loop's thread)."""
+        self._schedule(asyncio.get_running_loop())
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._due = time.perf_counter() + self.interval
+        self._handle = loop.call_later(self.interval, self._tick, loop)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = time.perf_counter()
+        if len(self.samples) < self.keep:
+            self.samples.append((self._due, max(0.0, now - self._due)))
+        self._schedule(loop)
+
+    def summary(self, *, since: float = 0.0) -> dict[str, Any]:
+        lags = sorted(lag for due, lag in self.samples if due >= since)
+        if not lags:
+            return {"samples": 0}
+        return {
+            "samples": len(lags),
+            "mean_ms": round(sum(lags) / len(lags) * 1000, 2),
+            "p50_ms": round(_rank(lags, 50) * 1000, 2),
+            "p99_ms": round(_rank(lags, 99) * 1000, 2),
+            "max_ms": round(lags[-1] * 1000, 2),
+        }
+
+    def by_bucket(self, *, since: float, until: float, width: float = 0.1) -> list[float]:
+        """The worst lag (ms) in each `width` seconds from `since` to `until`."""
+        buckets = [0.0] * max(1, math.ceil((until - since) / width))
+        for due, lag in self.samples:
+            index = int((due - since) / width)
+            if 0 <= index < len(buckets):
+                buckets[index] = max(buckets[index], round(lag * 1000, 1))
+        return buckets
+
+
+def _rank(ordered: list[float], p: float) -> float:
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]

@@ -1,0 +1,155 @@
+"""Where the operator's claims wait, measured inside the operator process (for the benchmark).
+
+`Waits.install` runs on the operator's event loop once it is ready, and measures:
+
+- the event loop's lag (`kopf_csi.bench.looplag.LagProbe`, every 10 ms);
+- the shared API client's connection pool, through aiohttp's request tracing: waits for a free
+  connection (the pool's limit), new connections (TCP and the TLS handshake), and all the time
+  spent in requests;
+- the in-flight journal: the time `record` callers waited for their commit (`Journal.waited`);
+- the claims queue: time from a claim's queueing to a worker taking it, and the CSI calls'
+  durations, from the operator's own metrics (`workqueue_queue_duration_seconds`,
+  `csi_sidecar_operations_seconds`).
+
+There is no client-side QPS limiter in the operator (`--kube-api-qps` is accepted and checked,
+as the Go sidecars' flag, but no request waits for it): its wait is reported as none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import time
+import types
+from typing import Any
+
+import aiohttp
+
+from kopf_csi import names
+from kopf_csi.bench.looplag import LagProbe
+
+__all__ = ["Waits"]
+
+
+@dataclasses.dataclass
+class _Tally:
+    count: int = 0
+    seconds: float = 0.0
+    worst: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.seconds += seconds
+        self.worst = max(self.worst, seconds)
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "count": self.count,
+            "seconds": round(self.seconds, 3),
+            "mean_ms": round(self.seconds / self.count * 1000, 2) if self.count else 0.0,
+            "max_ms": round(self.worst * 1000, 1),
+        }
+
+
+class Waits:
+    """The operator's waits, installed on its loop; `summary()` for the `stats` command."""
+
+    def __init__(self, memo: Any) -> None:
+        self.memo = memo
+        self.probe = LagProbe(interval=0.01)
+        self.pool = _Tally()  # waits for a free connection (the connector's limit)
+        self.connect = _Tally()  # new connections: TCP and TLS handshake
+        self.requests = _Tally()  # every API request, start to end (the server's time too)
+        self.collections = [_Tally(), _Tally(), _Tally()]  # the cyclic GC's pauses, by generation
+        self._collecting = 0.0
+
+    def install(self) -> None:
+        """On the operator's loop."""
+        self.probe.start()
+        gc.callbacks.append(self._collected)
+        loop = asyncio.get_running_loop()
+        trace = aiohttp.TraceConfig()
+
+        def timer(tally: _Tally, key: str) -> tuple[Any, Any]:
+            async def start(_: Any, context: types.SimpleNamespace, __: Any) -> None:
+                setattr(context, key, loop.time())
+
+            async def end(_: Any, context: types.SimpleNamespace, __: Any) -> None:
+                started = getattr(context, key, None)
+                if started is not None:
+                    tally.add(loop.time() - started)
+
+            return start, end
+
+        for tally, key, starts, ends in (
+            (self.pool, "queued", trace.on_connection_queued_start, trace.on_connection_queued_end),
+            (self.connect, "connect", trace.on_connection_create_start,
+             trace.on_connection_create_end),
+            (self.requests, "request", trace.on_request_start, trace.on_request_end),
+        ):  # fmt: skip
+            start, end = timer(tally, key)
+            starts.append(start)
+            ends.append(end)
+        trace.freeze()
+        session = self.memo.api._api.rest_client.pool_manager  # the operator's one ApiClient
+        session._trace_configs.append(trace)
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        """A pause of the garbage collector: every thread, the loop's included, waits."""
+        if phase == "start":
+            self._collecting = time.perf_counter()
+        else:
+            self.collections[info["generation"]].add(time.perf_counter() - self._collecting)
+
+    def summary(self, *, since: float) -> dict[str, Any]:
+        provisioner = getattr(self.memo, "provisioner", None)
+        journal = getattr(provisioner, "journal", None)
+        metrics = getattr(self.memo, "metrics", None)
+        connector = self.memo.api._api.rest_client.pool_manager.connector
+        return {
+            "loop_lag": self.probe.summary(since=since),
+            "pool_wait": self.pool.summary(),
+            "new_connections": self.connect.summary(),
+            "api_requests": self.requests.summary(),
+            "pool_limit": connector.limit,
+            "journal": {
+                "records": journal.records,
+                "commits": journal.writes,
+                "waited_seconds": round(journal.waited, 3),
+                "mean_wait_ms": round(journal.waited / journal.records * 1000, 2)
+                if journal.records
+                else 0.0,
+            }
+            if journal is not None
+            else None,
+            "claims_queue": _histogram(metrics, names.METRIC_QUEUE_LATENCY, "claims"),
+            "create_volume": _histogram(metrics, names.METRIC_CSI_OPERATIONS, "CreateVolume"),
+            "gc_pauses": [tally.summary() for tally in self.collections],
+            "qps_limiter": None,  # there is none: nothing waits for it
+        }
+
+    def lag_timeline(self, *, since: float, until: float) -> list[float]:
+        return self.probe.by_bucket(since=since, until=until, width=0.1)
+
+
+def _histogram(metrics: Any, name: str, label_part: str) -> dict[str, float] | None:
+    """Count, sum and mean of one histogram's series whose labels mention `label_part`."""
+    if metrics is None:
+        return None
+    count = total = 0.0
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if not sample.name.startswith(name) or not any(
+                label_part in value for value in sample.labels.values()
+            ):
+                continue
+            if sample.name == f"{name}_count":
+                count += sample.value
+            elif sample.name == f"{name}_sum":
+                total += sample.value
+    return {
+        "count": int(count),
+        "seconds": round(total, 3),
+        "mean_ms": round(total / count * 1000, 2) if count else 0.0,
+    }

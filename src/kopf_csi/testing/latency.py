@@ -1,0 +1,149 @@
+"""How long the emulated API takes to answer: a real server's request durations under load.
+
+A real kube-apiserver answers a write once etcd has committed it, and a loaded one takes tens of
+milliseconds for some writes (`/work/shared/reference/real-apiserver.md`, "Burst latency": its
+own `apiserver_request_duration_seconds` over a 200-claim burst on 2 shared cores). The
+emulator answers in microseconds, so a client that waits behind a write (a journal commit, a
+PV's POST) looked far faster here than there. A `LatencyModel` gives each request a duration
+by verb and resource; the request waits that long before it is applied, and the server serves
+others meanwhile. Writes to one object are serialised, as etcd serialises them: a write waits
+for the previous write to the same object, then for its own duration. Writes to different
+objects, and reads, overlap freely. Watches are not delayed.
+
+Durations are drawn from a log-normal distribution around each mean (a loaded server has a
+tail), from a seeded generator, so two runs of one model draw the same sequence.
+
+    cluster = EmulatedCluster(latency=REAL_SERVER)      # the measured burst
+    cluster = EmulatedCluster(write_latency=0.002)      # every write 2 ms, reads at once
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import random
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
+
+__all__ = ["NO_LATENCY", "REAL_SERVER", "Latency", "LatencyModel", "uniform_writes"]
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class Target(Protocol):
+    """What the latency depends on in a request's path (the emulator's parsed path)."""
+
+    @property
+    def plural(self) -> str: ...
+    @property
+    def namespace(self) -> str | None: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def subresource(self) -> str | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class LatencyModel:
+    """Mean seconds per request, by `"<METHOD> <plural>[/<subresource>]"`, and defaults."""
+
+    means: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    write: float = 0.0
+    """A write not named in `means`."""
+    read: float = 0.0
+    """A GET (one object or a list page) not named in `means`."""
+    sigma: float = 0.0
+    """Spread: the log-normal's sigma (0: every request takes exactly its mean)."""
+    seed: int = 0
+
+    def mean(self, method: str, resource: str) -> float:
+        default = self.write if method in WRITE_METHODS else self.read
+        return self.means.get(f"{method} {resource}", default)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.write or self.read or any(self.means.values()))
+
+
+NO_LATENCY = LatencyModel()
+
+
+def uniform_writes(seconds: float) -> LatencyModel:
+    """Every write waits `seconds`, reads none (the emulator's older `write_latency`)."""
+    return LatencyModel(write=max(0.0, seconds))
+
+
+REAL_SERVER = LatencyModel(
+    # real-apiserver.md, "Burst latency", the kopf-csi column: the server's own mean duration
+    # per request over one 200-claim burst (create and delete phases), 2 shared cores.
+    means={
+        "POST persistentvolumes": 0.047,
+        "POST persistentvolumeclaims": 0.024,
+        "PUT persistentvolumeclaims": 0.021,
+        "PUT persistentvolumeclaims/status": 0.021,
+        "PATCH persistentvolumeclaims": 0.021,
+        "PATCH configmaps": 0.028,  # the in-flight journal
+        "POST configmaps": 0.028,
+        "POST events": 0.009,
+        "PATCH events": 0.009,
+        "PATCH persistentvolumes": 0.007,
+        "PUT persistentvolumes": 0.008,
+        "PUT persistentvolumes/status": 0.004,
+        "DELETE persistentvolumeclaims": 0.046,
+        "DELETE persistentvolumes": 0.008,
+        "GET persistentvolumeclaims": 0.003,
+        "GET persistentvolumes": 0.002,
+    },
+    write=0.010,  # other writes (leases, VolumeAttachments, snapshots): not measured; 10 ms
+    read=0.003,
+    sigma=0.5,
+    seed=1,
+)
+"""The real v1.36 server measured with kopf-csi f871e19 (`bench --latency real`)."""
+
+
+class Latency:
+    """A model applied to the requests of one server: draws, and the per-object write order."""
+
+    def __init__(self, model: LatencyModel = NO_LATENCY) -> None:
+        self.model = model
+        self._random = random.Random(model.seed)
+        self._writing: dict[tuple[str, str | None, str], asyncio.Lock] = {}
+        self._waiters: dict[tuple[str, str | None, str], int] = {}
+
+    def draw(self, method: str, resource: str) -> float:
+        """One request's duration: log-normal around the mean (the mean is kept)."""
+        mean = self.model.mean(method, resource)
+        sigma = self.model.sigma
+        if mean <= 0 or sigma <= 0:
+            return max(0.0, mean)
+        return mean * math.exp(self._random.gauss(-sigma * sigma / 2, sigma))
+
+    @contextlib.asynccontextmanager
+    async def request(
+        self, method: str, target: Target | None, *, watch: bool
+    ) -> AsyncIterator[None]:
+        """Wait before the request is served (under the object's write order for a write of
+        one object); serve it inside the block."""
+        if not self.model.enabled or watch or target is None:
+            yield
+            return
+        resource = target.plural + (f"/{target.subresource}" if target.subresource else "")
+        seconds = self.draw(method, resource)
+        if method not in WRITE_METHODS or target.name is None:  # reads, and creates, overlap
+            await asyncio.sleep(seconds)
+            yield
+            return
+        key = (target.plural, target.namespace, target.name)  # status and main: one object
+        lock = self._writing.setdefault(key, asyncio.Lock())
+        self._waiters[key] = self._waiters.get(key, 0) + 1
+        try:
+            async with lock:
+                await asyncio.sleep(seconds)
+                yield
+        finally:
+            self._waiters[key] -= 1
+            if not self._waiters[key]:  # nobody else holds or waits: forget the object
+                del self._waiters[key], self._writing[key]

@@ -1,0 +1,71 @@
+"""The API client's connections: opened ahead of a burst, and kept between bursts.
+
+Every new connection to a real API server is a TLS handshake; a burst of 100 claims opened
+about 100 at once, and each request then waited 50-300 ms for its own (docs/benchmarks.md).
+
+We test these aspects:
+- `warm(n)` opens n connections at once; n requests at once afterwards open none;
+- an idle connection is kept for `KEEPALIVE` seconds (aiohttp's default is 15 s);
+- `warm` never opens more than the pool's limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import types
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kopf_csi import kube
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.latency import Latency, LatencyModel
+
+
+@pytest.fixture
+async def api(kubeconfig: pathlib.Path) -> AsyncIterator[kube.KubeClient]:
+    client = await kube.KubeClient.connect(kubeconfig)
+    yield client
+    await client.close()
+
+
+def _count_new_connections(api: kube.KubeClient) -> list[float]:
+    """One entry per connection the client opens from now on."""
+    opened: list[float] = []
+
+    async def created(_: Any, __: types.SimpleNamespace, ___: Any) -> None:
+        opened.append(asyncio.get_running_loop().time())
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(created)
+    trace.freeze()
+    api._api.rest_client.pool_manager._trace_configs.append(trace)
+    return opened
+
+
+async def test_warmed_connections_serve_a_burst(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    cluster.latency = Latency(LatencyModel(read=0.2))  # the burst's requests overlap
+    opened = _count_new_connections(api)
+    assert await api.warm(5) == 5
+    assert len(opened) == 5
+    await asyncio.gather(*(api.get(kube.CONFIGMAPS, f"cm-{i}", "default") for i in range(5)))
+    assert len(opened) == 5  # none more: the burst found them open
+
+
+async def test_idle_connections_are_kept_a_minute(api: kube.KubeClient) -> None:
+    connector = api._api.rest_client.pool_manager.connector
+    assert connector._keepalive_timeout == kube.KEEPALIVE == 60.0
+
+
+async def test_warming_stays_within_the_pool(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    opened = _count_new_connections(api)
+    limit = api._api.rest_client.pool_manager.connector.limit
+    assert await api.warm(limit + 50) == limit
+    assert len(opened) <= limit
