@@ -21,7 +21,7 @@ from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 
 from ..conftest import until
-from ..provisioner.conftest import make_claim, make_pod, make_storage_class
+from ..provisioner.conftest import make_claim, make_pod, make_storage_class, wait_for_bound
 from .conftest import in_flight, until_explained
 
 CSI_TIMEOUT = 30.0
@@ -141,3 +141,32 @@ async def test_the_registry_holds_a_call_only_while_it_runs(
         assert client.calls_in_flight("persistentvolume", None, "pv-1") == []
         await client.delete_volume(request)  # answered: never listed after
         assert client.calls_in_flight("persistentvolume", None, "pv-1") == []
+
+
+async def test_a_released_volume_waiting_for_a_held_deletevolume(
+    cluster: EmulatedCluster,
+    kcm: Any,
+    operator: OperatorThread,
+    driver: Driver,
+    explain: Any,
+    operator_url: str,
+) -> None:
+    driver.faults.hang("DeleteVolume", times=1)  # for 30 s
+    await make_storage_class(cluster, operator)
+    volume = await wait_for_bound(cluster, make_claim(cluster))
+    name = volume["metadata"]["name"]
+    cluster.delete("persistentvolumeclaims", "default", "data")
+    held = await until_explained(explain, f"pv/{name}", "in-flight", "--operator", operator_url)
+    assert in_flight("DeleteVolume", CSI_TIMEOUT).fullmatch(
+        held.json["summary"].removeprefix("waiting for the driver: ")
+    ), held.json["summary"]
+    assert (
+        held.text.evidence[0] == f"PersistentVolume {name}: phase Released, reclaim policy Delete"
+    )
+    assert any(
+        in_flight("operator: DeleteVolume", CSI_TIMEOUT).fullmatch(line)
+        for line in held.text.evidence
+    ), held.text.evidence
+    # Without the operator: released, and nothing known to hold it back.
+    plain = await until_explained(explain, f"pv/{name}", "deleting")
+    assert plain.json["summary"] == "released; waiting for the provisioner to delete it"

@@ -747,6 +747,7 @@ def _volume(walk: _Walk) -> Diagnosis:
                 f"deleting the volume fails: {failures[0].get('message')}",
                 "fix what the message names; the operator retries with backoff",
             )
+        _operator_progress(walk)
         raise walk.progressing("deleting", "released; waiting for the provisioner to delete it")
     if phase == "Failed":
         raise walk.blocked(
@@ -823,6 +824,7 @@ def _deleting_volume(walk: _Walk) -> Diagnosis:
             "the deletion waits for the claim: the volume is still Bound",
             "delete the claim (and the pods using it) first",
         )
+    _operator_progress(walk)
     raise walk.progressing("deleting", "being deleted; nothing holds it back")
 
 
