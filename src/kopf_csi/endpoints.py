@@ -12,8 +12,8 @@ Paths (constants in `kopf_csi.names`):
 - `/healthz/leader-election`: csi-lib-utils' path: 200 `ok` unless the `leader-election` check
   fails (the election's watchdog: a leader that has not renewed its lease in time).
 - `/debug/objects/<kind>/[<namespace>/]<name>`: read-only, what this operator knows of one
-  object (its work-queue state, newest event, journal entry, Leases) for `kopf-csi explain
-  --operator` (`kopf_csi.introspection`).
+  object (its work-queue state, CSI calls in flight, newest event, journal entry, Leases) for
+  `kopf-csi explain --operator` (`kopf_csi.introspection`).
 
 `memo.health_checks` maps a name to a zero-argument callable returning `(ok, detail)` (or an
 awaitable of it). Other modules add entries; a check that raises counts as failed.

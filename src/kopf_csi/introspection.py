@@ -2,10 +2,12 @@
 
 Read-only, from the running operator's memory: where the object's key stands in each work queue
 (waiting and its place, being worked on and for how long, failed attempts, the next retry),
+the CSI calls in flight for it (the RPC's name, for how long, its timeout: never the request),
 the newest event the operator posted about it (its message in full, even after the Event has
 expired), whether the claim is in the in-flight journal (a CreateVolume may be running), the
 provisioners this replica serves, and who holds its Leases. Nothing here can hold a secret: keys,
-counts, times, Lease holders, and event messages, which the operator scrubs before it posts them.
+counts, times, RPC names, Lease holders, and event messages, which the operator scrubs before it
+posts them.
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ def object_state(
                     "processing_for": state.processing_for,
                     "failures": state.failures,
                     "next_retry_in": state.next_retry_in,
+                    "workers": queue.workers,
+                    "busy": queue.in_flight,
                 }
             )
     answer: dict[str, Any] = {"kind": kind, "key": key, "queues": queues}
+    answer["calls"] = _calls_in_flight(memo, kind, namespace, name)
     standby = runtime.is_standby(memo)
     served = getattr(memo, "served_provisioners", None) or {}
     answer["standby"] = standby
@@ -67,3 +72,17 @@ def object_state(
             if journals:
                 answer["journal"] = {"recorded": any(j.holds(uid) for j in journals)}
     return answer
+
+
+def _calls_in_flight(
+    memo: Any, kind: str, namespace: str | None, name: str
+) -> list[dict[str, Any]]:
+    """The driver's unanswered calls for the object (the CSI client's registry)."""
+    client = getattr(memo, "csi", None)
+    if client is None:
+        return []
+    now = time.monotonic()
+    return [
+        {"rpc": call.rpc, "for": now - call.started, "timeout": call.timeout}
+        for call in client.calls_in_flight(kind, namespace, name)
+    ]

@@ -118,3 +118,137 @@ def test_secret_parameters_never_reach_the_evidence() -> None:
 )
 def test_grpc_code(message: str, code: str | None) -> None:
     assert grpc_code(message) == code
+
+
+PROVISIONING = {"storage_class_name": "sc", "storage_class": SC, "leases": [LIVE]}
+
+
+@pytest.mark.parametrize(
+    ("queue", "summary", "fact"),
+    [
+        (
+            {"queue": "claims", "position": 2, "depth": 5, "workers": 4, "busy": 4},
+            "waiting its turn in the operator's claims queue: 2 of 5 queued:"
+            " all 4 of its workers are busy",
+            "operator: in its claims queue, waiting its turn: 2 of 5 queued, 4 of 4 workers busy",
+        ),
+        (  # a worker is free: it is about to be taken, no reason to give
+            {"queue": "claims", "position": 1, "depth": 1, "workers": 4, "busy": 3},
+            "waiting its turn in the operator's claims queue: 1 of 1 queued",
+            "operator: in its claims queue, waiting its turn: 1 of 1 queued, 3 of 4 workers busy",
+        ),
+        (  # an older operator: no worker counts
+            {"queue": "claims", "position": 1, "depth": 1},
+            "waiting its turn in the operator's claims queue: 1 of 1 queued",
+            "operator: in its claims queue, waiting its turn: 1 of 1 queued",
+        ),
+    ],
+)
+def test_a_queued_claim_says_its_place_and_why(
+    queue: dict[str, Any], summary: str, fact: str
+) -> None:
+    diagnosis = diagnose(_seen(**PROVISIONING, operator={"queues": [queue]}))
+    assert diagnosis.blocker == "queued"
+    assert diagnosis.summary == summary
+    assert fact in diagnosis.evidence
+
+
+def test_a_call_in_flight_is_the_verdict_and_a_fact() -> None:
+    state = {
+        "queues": [{"queue": "claims", "processing_for": 12.34, "processing": True}],
+        "calls": [{"rpc": "CreateVolume", "for": 12.31, "timeout": 15.0}],
+    }
+    diagnosis = diagnose(_seen(**PROVISIONING, operator=state))
+    assert diagnosis.blocker == "in-flight"
+    assert diagnosis.state is State.PROGRESSING
+    assert diagnosis.summary == (
+        "waiting for the driver: CreateVolume in flight for 12.3s (timeout 15s)"
+    )
+    assert "operator: CreateVolume in flight for 12.3s (timeout 15s)" in diagnosis.evidence
+    # Without a call (an older operator, or between calls): how long the worker has been on it.
+    state = {"queues": [{"queue": "claims", "processing_for": 2.0, "processing": True}]}
+    diagnosis = diagnose(_seen(**PROVISIONING, operator=state))
+    assert diagnosis.summary == "being worked on: the operator has been on it for 2.0s"
+
+
+def _released(attachment_status: dict[str, Any], deleting: bool) -> Observed:
+    volume = {
+        "metadata": {"name": "pv"},
+        "spec": {"persistentVolumeReclaimPolicy": "Delete"},
+        "status": {"phase": "Released"},
+    }
+    va: dict[str, Any] = {
+        "metadata": {"name": "csi-1"},
+        "spec": {"nodeName": "n1"},
+        "status": attachment_status,
+    }
+    if deleting:
+        va["metadata"]["deletionTimestamp"] = "2026-01-01T11:00:00Z"
+    return Observed(
+        target=Target("persistentvolume", "pv"), now=NOW, object=volume, attachments=[va]
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "deleting", "fact", "step"),
+    [
+        ({"attached": True}, False, "VolumeAttachment csi-1: node n1, attached True",
+         "stop the pods on n1 that use the volume"),
+        ({"attached": True}, True, "VolumeAttachment csi-1: node n1, attached True, being deleted",
+         "explain va/csi-1: it is being detached"),
+        ({"attached": True, "detachError": {"message": "busy"}}, True,
+         "VolumeAttachment csi-1: detaching fails: busy", "explain va/csi-1: detaching it fails"),
+    ],
+)  # fmt: skip
+def test_a_volume_waiting_for_its_attachment(
+    status: dict[str, Any], deleting: bool, fact: str, step: str
+) -> None:
+    diagnosis = diagnose(_released(status, deleting))
+    assert diagnosis.blocker == "still-attached"
+    assert diagnosis.summary == (
+        "the deletion waits for VolumeAttachment csi-1:"
+        " persistentvolume pv is still attached to node n1"
+    )
+    assert fact in diagnosis.evidence
+    assert diagnosis.next_steps[0].startswith(step)
+
+
+def _resizing(resize: str, conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    claim = _claim(volumeName="pv")
+    claim["spec"]["resources"]["requests"]["storage"] = "2Gi"
+    claim["status"] = {
+        "phase": "Bound",
+        "allocatedResourceStatuses": {"storage": resize},
+        "conditions": conditions or [],
+    }
+    return claim
+
+
+@pytest.mark.parametrize(
+    ("claim", "operator", "blocker", "summary"),
+    [
+        (_resizing("ControllerResizeInProgress"), None, "expanding",
+         "being expanded to 2Gi: the driver has not finished ControllerExpandVolume"),
+        (_resizing("ControllerResizeInProgress"),
+         {"calls": [{"rpc": "ControllerExpandVolume", "for": 3.0, "timeout": 10.0}]}, "in-flight",
+         "waiting for the driver: ControllerExpandVolume in flight for 3.0s (timeout 10s)"),
+        (_resizing("ControllerResizeInProgress", [
+            {"type": "ControllerResizeError", "message": "failed to expand pvc with boom"}]),
+         None, "expansion-failing",
+         "expanding the volume to 2Gi fails: failed to expand pvc with boom"),
+        (_resizing("ControllerResizeInfeasible", [
+            {"type": "ControllerResizeError", "message": "failed to expand pvc with too big"}]),
+         None, "expansion-infeasible",
+         "the expansion is infeasible (ControllerResizeInfeasible):"
+         " failed to expand pvc with too big"),
+        (_resizing("NodeResizePending"), None, "node-expansion",
+         "the volume is expanded to 2Gi; the node must now grow its file system"
+         " (kubelet does it for a pod that uses the claim)"),
+    ],
+)  # fmt: skip
+def test_resize_rules(
+    claim: dict[str, Any], operator: dict[str, Any] | None, blocker: str, summary: str
+) -> None:
+    volume = {"metadata": {"name": "pv"}, "status": {"phase": "Bound"}}
+    diagnosis = diagnose(_seen(object=claim, volume=volume, operator=operator))
+    assert (diagnosis.blocker, diagnosis.summary) == (blocker, summary)

@@ -1,7 +1,10 @@
 """An async client for one CSI driver at a unix socket: the operator's only way to the driver.
 
 What belongs here: the channel, the per-call timeout, turning every failure into a `CSIError`,
-logging each call once with secrets stripped, and caching what the driver says about itself.
+logging each call once with secrets stripped, caching what the driver says about itself, and
+knowing which calls are unanswered now and for which object (`calls_in_flight`, for explain's
+debug endpoint: the RPC, its start and timeout, and the object the controller bound for its log
+lines; never the request).
 What does not: deciding what an error means for an operation (final, in progress, reschedule).
 That depends on the operation (RESOURCE_EXHAUSTED reschedules a CreateVolume but is retried for
 ControllerPublishVolume), so those tables live with the operations.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -28,7 +32,7 @@ from kopf_csi.csi.driverinfo import DriverInfo
 from kopf_csi.csi.errors import CSIError, CSITimeoutError, DriverNotReadyError
 from kopf_csi.csi.redaction import redact, scrub, secret_values
 
-__all__ = ["CSIClient", "CallObserver", "DriverInfo", "parse_address"]
+__all__ = ["CSIClient", "CallInFlight", "CallObserver", "DriverInfo", "parse_address"]
 
 logger = structlog.get_logger("kopf_csi.csi")
 
@@ -38,6 +42,21 @@ CallObserver = Callable[[str, Code, float], None]
 
 # Failures below gRPC: the socket is missing, refused, or the connection died mid-call.
 CONNECTION_ERRORS = (ConnectionError, FileNotFoundError, StreamTerminatedError, ProtocolError)
+
+
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
+class CallInFlight:
+    """One call the driver has not answered yet, for the read-only debug endpoint: the RPC's
+    name, when it started (`time.monotonic()`), its timeout, and the object it is for (the
+    `kind`, `namespace` and `name` the controller bound for its log lines; empty when none).
+    Never the request: it may hold secrets."""
+
+    rpc: str
+    started: float
+    timeout: float
+    kind: str
+    namespace: str
+    name: str
 
 
 def parse_address(address: str) -> str:
@@ -71,6 +90,7 @@ class CSIClient:
         self._groups = csi.GroupControllerStub(self._channel)
         self._info: DriverInfo | None = None
         self._node_capabilities: frozenset[str] | None = None
+        self._in_flight: set[CallInFlight] = set()
 
     def __repr__(self) -> str:
         return f"CSIClient(path={self.path!r}, timeout={self.timeout})"
@@ -83,6 +103,18 @@ class CSIClient:
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
+
+    def calls_in_flight(self, kind: str, namespace: str | None, name: str) -> list[CallInFlight]:
+        """The unanswered calls made for one object (`kind` in any case), oldest first."""
+        kind = kind.lower()
+        found = [
+            call
+            for call in list(self._in_flight)
+            if call.kind.lower() == kind
+            and call.name == name
+            and call.namespace == (namespace or "")
+        ]
+        return sorted(found, key=lambda call: call.started)
 
     # -- start-up -------------------------------------------------------------------------------
 
@@ -373,6 +405,12 @@ class CSIClient:
             log.debug("csi_request", request=redact(request), timeout=budget)
         started = time.monotonic()
         code = Code.UNKNOWN
+        bound = structlog.contextvars.get_contextvars()
+        call = CallInFlight(
+            rpc, started, budget, bound.get("kind", ""), bound.get("namespace", ""),
+            bound.get("name", ""),
+        )  # fmt: skip
+        self._in_flight.add(call)
         try:
             # No retry here: a lost connection fails this call (UNAVAILABLE) and grpclib's
             # channel reconnects on the next one; the controllers' queues do the retrying.
@@ -388,6 +426,7 @@ class CSIClient:
                 log.debug("csi_response", response=redact(response))
             return response
         finally:
+            self._in_flight.discard(call)
             elapsed = time.monotonic() - started
             for observe in self.observers:
                 observe(method, code, elapsed)

@@ -55,6 +55,8 @@ class Observed:
     operator: Body | None = None
     """The operator's `/debug/objects/...` answer for the target, when asked and reachable."""
     operator_error: str | None = None
+    content_operator: Body | None = None
+    """The operator's answer for a VolumeSnapshot's bound content (where its calls are made)."""
     unreadable: dict[str, str] = dataclasses.field(default_factory=dict)
     """What could not be read (`storageclass`, `leases`, ...) → why."""
 

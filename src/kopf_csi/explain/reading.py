@@ -276,25 +276,43 @@ _READERS: dict[str, Callable[[_Reader], Awaitable[None]]] = {
 
 
 async def read_operator(seen: Observed, url: str) -> None:
-    """Add the operator's knowledge of the target (`/debug/objects/...`), or why there is none."""
+    """Add the operator's knowledge of the target (`/debug/objects/...`), or why there is none;
+    for a VolumeSnapshot, of its bound content too (the snapshotter works on the content)."""
     target = seen.target
-    parts = [target.kind, *([target.namespace] if target.namespace else []), target.name]
-    path = "/debug/objects/" + "/".join(urllib.parse.quote(part, safe="") for part in parts)
     uid = (seen.object.get("metadata") or {}).get("uid")
-    if uid:
-        path += f"?uid={urllib.parse.quote(str(uid), safe='')}"
     timeout = aiohttp.ClientTimeout(total=OPERATOR_TIMEOUT)
     try:
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url.rstrip("/") + path) as response,
-        ):
-            text = await response.text()
-            if response.status != 200:
-                seen.operator_error = f"{url} answered {response.status}: {text.strip()[:200]}"
-                return
-            answer: Any = json.loads(text)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            answer, seen.operator_error = await _object_state(
+                session, url, target.kind, target.namespace, target.name, uid
+            )
+            seen.operator = answer
+            if answer is not None and target.kind == "volumesnapshot" and seen.content:
+                meta = seen.content.get("metadata") or {}
+                name, content_uid = str(meta.get("name") or ""), meta.get("uid")
+                seen.content_operator, _ = await _object_state(
+                    session, url, "volumesnapshotcontent", None, name, content_uid
+                )
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
         seen.operator_error = f"{url}: {exc or type(exc).__name__}"
-        return
-    seen.operator = answer if isinstance(answer, dict) else None
+
+
+async def _object_state(
+    session: aiohttp.ClientSession,
+    url: str,
+    kind: str,
+    namespace: str | None,
+    name: str,
+    uid: str | None,
+) -> tuple[Body | None, str | None]:
+    """The endpoint's answer for one object, or why there is none."""
+    parts = [kind, *([namespace] if namespace else []), name]
+    path = "/debug/objects/" + "/".join(urllib.parse.quote(part, safe="") for part in parts)
+    if uid:
+        path += f"?uid={urllib.parse.quote(str(uid), safe='')}"
+    async with session.get(url.rstrip("/") + path) as response:
+        text = await response.text()
+        if response.status != 200:
+            return None, f"{url} answered {response.status}: {text.strip()[:200]}"
+        answer: Any = json.loads(text)
+    return (answer, None) if isinstance(answer, dict) else (None, None)

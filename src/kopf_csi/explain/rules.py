@@ -167,11 +167,14 @@ def operator_lines(state: Mapping[str, Any]) -> list[str]:
             parts.append(f"being worked on for {queue['processing_for']:.1f}s")
         elif queue.get("position") is not None:
             parts.append(f"waiting its turn: {queue['position']} of {queue.get('depth')} queued")
+            if queue.get("workers") is not None:
+                parts.append(f"{queue.get('busy')} of {queue['workers']} workers busy")
         if queue.get("next_retry_in") is not None:
             parts.append(f"next retry in {queue['next_retry_in']:.1f}s")
         if queue.get("failures"):
             parts.append(f"{queue['failures']} failed attempts")
         lines.append(", ".join(parts))
+    lines.extend(f"operator: {_call_text(call)}" for call in state.get("calls") or [])
     event = state.get("last_event")
     if event:
         lines.append(
@@ -190,6 +193,14 @@ def operator_lines(state: Mapping[str, Any]) -> list[str]:
         held = ", ".join(f"{name}: {holder or 'nobody'}" for name, holder in leases.items())
         lines.append(f"operator: replica {state.get('identity')} sees the Leases held by {held}")
     return lines
+
+
+def _call_text(call: Mapping[str, Any]) -> str:
+    """`ControllerPublishVolume in flight for 12.3s (timeout 15s)`."""
+    return (
+        f"{call.get('rpc')} in flight for {float(call.get('for') or 0):.1f}s"
+        f" (timeout {float(call.get('timeout') or 0):g}s)"
+    )
 
 
 def _queue_state(seen: Observed) -> Mapping[str, Any] | None:
@@ -580,22 +591,43 @@ def _provisioning_failures(walk: _Walk) -> None:
     )
 
 
-def _operator_progress(walk: _Walk) -> None:
-    queue = _queue_state(walk.seen)
+def _operator_progress(walk: _Walk, state: Mapping[str, Any] | None = None) -> None:
+    """What the operator is doing about the object now (`state`: its endpoint's answer, the
+    target's unless given), when it says so: a call in flight, a worker on it, its place."""
+    if state is None:
+        state = walk.seen.operator or {}
+    calls = state.get("calls") or []
+    if calls:
+        raise walk.progressing(
+            "in-flight",
+            f"waiting for the driver: {_call_text(calls[0])}",
+            "wait; a call longer than its timeout fails and is retried (the driver may still"
+            " be working: check its logs if this repeats)",
+        )
+    queues = state.get("queues") or []
+    queue = queues[0] if queues else None
     if not queue:
         return
     if queue.get("processing_for") is not None:
         raise walk.progressing(
             "in-flight",
-            f"being provisioned: the operator has worked on it for {queue['processing_for']:.1f}s",
+            f"being worked on: the operator has been on it for {queue['processing_for']:.1f}s",
             "wait; a call longer than --timeout fails and is retried",
         )
     if queue.get("position") is not None:
+        workers = queue.get("workers")
+        why = (
+            f": all {workers} of its workers are busy"
+            if workers is not None and queue.get("busy") == workers
+            else ""
+        )
         raise walk.progressing(
             "queued",
             f"waiting its turn in the operator's {queue.get('queue')} queue:"
-            f" {queue['position']} of {queue.get('depth')}",
-            "wait, or raise --worker-threads if the queue stays long",
+            f" {queue['position']} of {queue.get('depth')} queued{why}",
+            f"wait; raise --worker-threads{f' (now {workers})' if workers else ''}"
+            " if the queue stays long, or look at what keeps the workers busy"
+            " (explain the keys ahead of it)",
         )
 
 
@@ -609,27 +641,70 @@ def _bound_claim(walk: _Walk) -> Diagnosis:
             f"the claim is Bound to {name}, which does not exist",
             "restore the PersistentVolume; the claim becomes Lost otherwise",
         )
-    _resize(walk, seen.object)
+    _resize(walk, seen.object, seen.operator or {})
     _attachment_errors(walk)
     return walk.healthy(f"the claim is Bound to {name}")
 
 
-def _resize(walk: _Walk, claim: Mapping[str, Any]) -> None:
+def _resize(walk: _Walk, claim: Mapping[str, Any], state: Mapping[str, Any] | None) -> None:
+    """Where an expansion stands (`allocatedResourceStatuses`); `state` is the operator's
+    answer for the claim (None when the target is not the claim)."""
     seen = walk.seen
     statuses = _status(claim).get("allocatedResourceStatuses") or {}
-    state = statuses.get("storage")
-    if state is None:
+    resize = statuses.get("storage")
+    if resize is None:
         return
-    walk.fact(f"resize: {state}")
-    if state in (names.RESIZE_CONTROLLER_INFEASIBLE, names.RESIZE_NODE_INFEASIBLE):
-        errors = _warnings(seen, names.REASON_VOLUME_RESIZE_FAILED)
-        detail = f": {errors[0].get('message')}" if errors else ""
+    walk.fact(f"resize: {resize}")
+    error = _resize_error(seen, claim, resize)
+    if resize in (names.RESIZE_CONTROLLER_INFEASIBLE, names.RESIZE_NODE_INFEASIBLE):
         raise walk.blocked(
             "expansion-infeasible",
-            f"the expansion is infeasible ({state}){detail}",
+            f"the expansion is infeasible ({resize}){f': {error}' if error else ''}",
             "lower spec.resources.requests.storage back to the size the volume has"
             " (recovery from a failed expansion), or fix what the driver says",
         )
+    wanted = ((_spec(claim).get("resources") or {}).get("requests") or {}).get("storage")
+    if resize == names.RESIZE_CONTROLLER_IN_PROGRESS:
+        if state is not None:
+            _operator_progress(walk, state)
+        if error:
+            raise walk.blocked(
+                "expansion-failing",
+                f"expanding the volume to {wanted} fails: {error}",
+                "fix what the message names; the resizer retries with backoff",
+            )
+        if seen.target.kind == "persistentvolumeclaim":
+            retried = _warnings(seen, names.REASON_VOLUME_RESIZE_FAILED)
+            if retried:  # a failure the resizer retries (a timeout): no condition
+                walk.fact(_event_line(seen, retried[0]))
+        raise walk.progressing(
+            "expanding",
+            f"being expanded to {wanted}: the driver has not finished ControllerExpandVolume",
+            "look again in a few seconds; the claim's events say when it ends",
+        )
+    if resize in (names.RESIZE_NODE_PENDING, names.RESIZE_NODE_IN_PROGRESS):
+        raise walk.progressing(
+            "node-expansion",
+            f"the volume is expanded to {wanted}; the node must now grow its file system"
+            " (kubelet does it for a pod that uses the claim)",
+            "start a pod that uses the claim, or restart the one that does",
+        )
+
+
+def _resize_error(seen: Observed, claim: Mapping[str, Any], resize: str) -> str | None:
+    """The resize error: the claim's condition (kept while it lasts), else its newest event."""
+    wanted = (
+        names.CONDITION_NODE_RESIZE_ERROR
+        if resize.startswith("Node")
+        else names.CONDITION_CONTROLLER_RESIZE_ERROR
+    )
+    for condition in _status(claim).get("conditions") or []:
+        if condition.get("type") == wanted and condition.get("message"):
+            return str(condition["message"])
+    if seen.target.kind != "persistentvolumeclaim":
+        return None  # the events read are the target's, not the claim's
+    errors = _warnings(seen, names.REASON_VOLUME_RESIZE_FAILED)
+    return str(errors[0].get("message")) if errors and resize.endswith("Infeasible") else None
 
 
 def _attachment_errors(walk: _Walk) -> None:
@@ -672,6 +747,7 @@ def _volume(walk: _Walk) -> Diagnosis:
                 f"deleting the volume fails: {failures[0].get('message')}",
                 "fix what the message names; the operator retries with backoff",
             )
+        _operator_progress(walk)
         raise walk.progressing("deleting", "released; waiting for the provisioner to delete it")
     if phase == "Failed":
         raise walk.blocked(
@@ -682,7 +758,7 @@ def _volume(walk: _Walk) -> Diagnosis:
     if phase == "Released":
         return walk.healthy("released and kept: the reclaim policy is Retain")
     if seen.claim is not None:
-        _resize(walk, seen.claim)
+        _resize(walk, seen.claim, None)
     _attachment_errors(walk)
     return walk.healthy(f"the volume is {phase}")
 
@@ -691,13 +767,30 @@ def _attached_volume(walk: _Walk) -> None:
     seen = walk.seen
     for va in seen.attachments:
         name, node = _meta(va).get("name"), _spec(va).get("nodeName")
-        walk.fact(f"VolumeAttachment {name}: node {node}, attached {_status(va).get('attached')}")
+        detaching = bool(_meta(va).get("deletionTimestamp"))
+        walk.fact(
+            f"VolumeAttachment {name}: node {node}, attached {_status(va).get('attached')}"
+            + (", being deleted" if detaching else "")
+        )
+        error = (_status(va).get("detachError") or {}).get("message")
+        if error:
+            walk.fact(f"VolumeAttachment {name}: detaching fails: {error}")
+            step = (
+                f"explain va/{name}: detaching it fails; once it is detached and gone, the volume"
+                " is deleted"
+            )
+        elif detaching:
+            step = f"explain va/{name}: it is being detached; the volume is deleted after it"
+        else:
+            step = (
+                f"stop the pods on {node} that use the volume; the attach/detach controller"
+                " then detaches it"
+            )
         raise walk.blocked(
             "still-attached",
             f"the deletion waits for VolumeAttachment {name}: "
             + names.MESSAGE_STILL_ATTACHED.format(volume=seen.target.name, node=node),
-            f"stop the pods on {node} that use the volume; the attach/detach controller"
-            " then detaches it",
+            step,
         )
 
 
@@ -731,6 +824,7 @@ def _deleting_volume(walk: _Walk) -> Diagnosis:
             "the deletion waits for the claim: the volume is still Bound",
             "delete the claim (and the pods using it) first",
         )
+    _operator_progress(walk)
     raise walk.progressing("deleting", "being deleted; nothing holds it back")
 
 
@@ -776,7 +870,13 @@ def _attachment(walk: _Walk) -> Diagnosis:
 def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
     seen = walk.seen
     status = _status(seen.object)
-    walk.fact(f"{what} {seen.target}: readyToUse {status.get('readyToUse')}")
+    bound = status.get("boundVolumeSnapshotContentName") or status.get(
+        "boundVolumeGroupSnapshotContentName"
+    )
+    walk.fact(
+        f"{what} {seen.target.namespace}/{seen.target.name}: readyToUse"
+        f" {status.get('readyToUse')}, {content_kind} {bound or '(none bound yet)'}"
+    )
     error = (status.get("error") or {}).get("message")
     if error:
         raise walk.blocked(
@@ -784,9 +884,6 @@ def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
         )
     if status.get("readyToUse") is True:
         return walk.healthy(f"the {what} is ready to use")
-    bound = status.get("boundVolumeSnapshotContentName") or status.get(
-        "boundVolumeGroupSnapshotContentName"
-    )
     if not bound:
         raise walk.progressing(
             "unbound",
@@ -797,10 +894,16 @@ def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
         raise walk.blocked(
             "content-missing", f"its {content_kind} {bound} does not exist", "check the class"
         )
-    return _content(walk, seen.content, content_kind)
+    return _content(walk, seen.content, content_kind, seen.content_operator)
 
 
-def _content(walk: _Walk, content: Mapping[str, Any], what: str) -> Diagnosis:
+def _content(
+    walk: _Walk,
+    content: Mapping[str, Any],
+    what: str,
+    state: Mapping[str, Any] | None = None,
+) -> Diagnosis:
+    """A snapshot content; `state` is the operator's answer for it when it is not the target."""
     name = _meta(content).get("name")
     status = _status(content)
     walk.fact(
@@ -815,7 +918,10 @@ def _content(walk: _Walk, content: Mapping[str, Any], what: str) -> Diagnosis:
     if status.get("readyToUse") is True:
         return walk.healthy(f"the {what} {name} is ready to use")
     creating = names.ANN_SNAPSHOT_BEING_CREATED in _annotations(content)
-    _operator_progress(walk)
+    if state is not None:
+        for call in state.get("calls") or []:
+            walk.fact(f"operator: for {what} {name}: {_call_text(call)}")
+    _operator_progress(walk, state)
     if creating:
         raise walk.blocked(
             "content-creating",
