@@ -2,7 +2,7 @@
 
 Two processes. This one hosts the emulated API (`MeasuredCluster`), the KCM stand-in and the
 reference driver (`durable=False`: no fsync per state record); the operator runs alone in a
-child process (`kopf_csi.bench.operator`), so its CPU time and memory read from /proc are its
+child process (`devtools.bench.operator`), so its CPU time and memory read from /proc are its
 own. The benchmark creates and deletes objects through the emulator's Python-level API, which
 makes no HTTP request: every request the API serves is the operator's, and the emulator checks
 that per connection.
@@ -47,12 +47,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
+from devtools.bench import procfs, report
+from devtools.bench.cluster import MeasuredCluster, Timeline
+from devtools.bench.looplag import LagProbe
+from devtools.bench.process import OperatorProcess, OperatorProcessError
+from devtools.bench.progress import Progress
 from kopf_csi import heap, logs, names
-from kopf_csi.bench import procfs, report
-from kopf_csi.bench.cluster import MeasuredCluster, Timeline
-from kopf_csi.bench.looplag import LagProbe
-from kopf_csi.bench.process import OperatorProcess, OperatorProcessError
-from kopf_csi.bench.progress import Progress
 from kopf_csi.csi import CSIClient
 from kopf_csi.csi import messages as csi
 from kopf_csi.driver import DriverConfig, Features, running_driver
@@ -451,7 +451,7 @@ async def _claim_waits(env: _Env, uids: Sequence[str], started: float) -> dict[s
     A claim arrives when the KCM stand-in annotates it for our provisioner (it is ours to
     provision from then on), reaches CreateVolume when the driver has made its volume, and its
     PV once the PV is committed. The PVs per 100 ms since the first claim show bursts and
-    lulls; the operator reports its own waits (`kopf_csi.bench.waits`) over the same span.
+    lulls; the operator reports its own waits (`devtools.bench.waits`) over the same span.
     """
     timeline = env.cluster.timeline
     last = max(timeline.volume_created[u] for u in uids)
@@ -1063,7 +1063,7 @@ def _print_profile(path: pathlib.Path, limit: int = 30) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m kopf_csi.bench",
+        prog="python -m devtools.bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

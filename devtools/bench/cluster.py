@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp.web
 
-from kopf_csi.bench import procfs
+from devtools.bench import procfs
 from kopf_csi.testing import emulator
 from kopf_csi.testing.emulator import Body, EmulatedCluster, Kind
 

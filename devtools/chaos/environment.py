@@ -1,7 +1,7 @@
 """The world a chaos or soak run happens in, and the hands that break it.
 
 One process hosts the emulated API (`ChaosCluster`), the KCM stand-in and the reference driver
-(with its call log); the operator runs in a child process (`python -m kopf_csi.bench.operator`,
+(with its call log); the operator runs in a child process (`python -m devtools.bench.operator`,
 as the benchmark runs it) so that it can be killed for real: SIGKILL, no clean-up, its in-flight
 journal left as it was, then a new process. Each incarnation logs to its own file, so that
 every line any of them wrote can be searched afterwards.
@@ -30,11 +30,11 @@ from typing import Any
 
 import aiohttp.web
 
-from kopf_csi.bench import procfs
-from kopf_csi.bench.process import OperatorProcess, OperatorProcessError
-from kopf_csi.bench.progress import Progress
-from kopf_csi.chaos import checks
-from kopf_csi.chaos.observing import ChaosCluster, Duplicates
+from devtools.bench import procfs
+from devtools.bench.process import OperatorProcess, OperatorProcessError
+from devtools.bench.progress import Progress
+from devtools.chaos import checks
+from devtools.chaos.observing import ChaosCluster, Duplicates
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import CallLog, Driver, FaultRule
 from kopf_csi.testing import emulator
