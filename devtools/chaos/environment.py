@@ -37,7 +37,7 @@ from devtools.chaos import checks
 from devtools.chaos.observing import ChaosCluster, Duplicates
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import CallLog, Driver, FaultRule
-from kopf_csi.testing import emulator
+from kopf_csi.testing import serving
 from kopf_csi.testing.kcm import ControllerManager
 
 __all__ = ["Chaos", "ChaosError", "Env", "KillableOperator", "LossyCluster"]
@@ -67,10 +67,10 @@ class LossyCluster(ChaosCluster):
         self.served: collections.Counter[str] = collections.Counter()
 
     async def _on_request(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        target = emulator._parse_path(request.path)
+        target = serving.parse_path(request.path)
         if target is None:
             return await super()._on_request(request)
-        verb = emulator._verb(request.method, target, request.query) or ""
+        verb = serving.request_verb(request.method, target, request.query) or ""
         rng = self.random
         if self.error_rate and rng.random() < self.error_rate:
             if verb in ("patch", "update") and rng.random() < 0.5:
