@@ -46,7 +46,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over src and handlers."""
+    """mypy --strict over src, handlers and devtools (pyproject's [tool.mypy])."""
     install(session, "typecheck")
     session.run("mypy")
 

@@ -13,6 +13,8 @@ We test these aspects:
   detaches every one, and reports the same figures as a claims run;
 - issue 13's burst targets are computed from the phases' figures (every client's writes of
   both phases, CPU of both, the first PV after its own claim) against the Go sidecars'.
+- the operator's process starts from any working directory: `devtools` is not installed, and
+  the child is given the checkout on its PYTHONPATH.
 
 No figure is compared with a target here: a loaded CI machine would make that flaky.
 """
