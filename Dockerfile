@@ -21,7 +21,7 @@ WORKDIR /src
 # Only what the package needs (.dockerignore sends nothing else). setuptools is pinned for the
 # build, then removed with pip: the runtime has no installer.
 COPY requirements/constraints.txt requirements/constraints.txt
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY src/ src/
 COPY handlers/ handlers/
 RUN /opt/kopf-csi/bin/pip install -c requirements/constraints.txt setuptools==84.2.1 \

@@ -15,7 +15,8 @@ kopf: an `informers.Informer` per kind (one task, a LIST and then a watch) feeds
 handler functions, without kopf's per-object worker, cause detection and logger per event, 36 %
 of the operator's CPU in the benchmark (docs/benchmarks.md). They start once every start-up
 handler has run (`runtime.all_started`), as kopf starts its watches, so that every controller
-has subscribed by then.
+has subscribed by then. The handlers of a user's modules on the same streams
+(`kopf_csi.on`) get each event after the controllers (`kopf_csi.streams`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 
 import kopf
 
-from kopf_csi import kube, runtime
+from kopf_csi import kube, on, runtime
 from kopf_csi.caches import object_key
 from kopf_csi.informers import Informer
+from kopf_csi.streams import Streams
 
 
 def _apply(memo: kopf.Memo, cache_name: str, event: kopf.RawEvent) -> None:
@@ -68,6 +70,8 @@ async def volumes(memo: kopf.Memo, event: kopf.RawEvent) -> None:
     _apply(memo, "volumes", event)
     deleted = event.get("type") == "DELETED"
     await runtime.notify(memo, kube.VOLUMES, event["object"], deleted=deleted)
+    if (streams := getattr(memo, "streams", None)) is not None:  # `kopf_csi.on` handlers
+        streams.volume(event["type"], event["object"])
 
 
 async def claims(memo: kopf.Memo, event: kopf.RawEvent) -> None:
@@ -76,6 +80,8 @@ async def claims(memo: kopf.Memo, event: kopf.RawEvent) -> None:
     deleted = event.get("type") == "DELETED"
     obj = _cached(memo, "claims", event["object"]) if deleted else event["object"]
     await runtime.notify(memo, kube.CLAIMS, obj, deleted=deleted)
+    if (streams := getattr(memo, "streams", None)) is not None:  # `kopf_csi.on` handlers
+        streams.claim(event["type"], obj)
 
 
 def _cached(memo: kopf.Memo, cache_name: str, obj: Any) -> Any:
@@ -95,6 +101,9 @@ async def informers(memo: kopf.Memo, **_: Any) -> None:
     # The PVs were listed into the cache by `lifecycle` a moment ago: watch on from that list.
     primed = (getattr(memo, "primed_versions", None) or {}).get(kube.VOLUMES.plural)
     known = [object_key(pv) for pv in memo.caches.volumes] if primed else []
+    # The handlers of `kopf_csi.on` in the user's modules: on these same streams.
+    handlers = on.registered(getattr(memo, "registry", None))
+    memo.streams = Streams(handlers, memo, volumes=memo.caches.volumes) if handlers else None
     running = [
         Informer(api, kube.VOLUMES, _feeding(memo, volumes), since=primed, known=known),
         Informer(api, kube.CLAIMS, _feeding(memo, claims)),
@@ -112,6 +121,8 @@ async def informers(memo: kopf.Memo, **_: Any) -> None:
         starter.cancel()
         for informer in running:
             await informer.stop()
+        if memo.streams is not None:
+            await memo.streams.stop()
 
     memo.stoppers.append(stop)
 

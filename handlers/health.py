@@ -4,7 +4,8 @@ Runs when the driver has VOLUME_CONDITION and LIST_VOLUMES or GET_VOLUME (otherw
 why and does nothing, where upstream would exit). Every round it reads the conditions of the
 bound volumes of our driver and posts `VolumeConditionAbnormal` / `VolumeConditionNormal`
 events on their claims; `kopf_csi.attaching.monitor` does the work. It reads the shared PV
-cache, which `handlers.provisioner` or `handlers.attacher` keep current; it watches nothing.
+cache, which `kopf_csi_handlers.provisioner` or `kopf_csi_handlers.attacher` keep current;
+it watches nothing.
 """
 
 from __future__ import annotations

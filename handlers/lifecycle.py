@@ -94,7 +94,8 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
 
 async def _connect_without_driver(memo: kopf.Memo, config: Settings) -> None:
     """`--no-csi`: the API and the caches only. Each registered provisioner back end holds its
-    own Lease (`handlers.provisioner`); the CSI controllers find no driver and stay idle."""
+    own Lease (`kopf_csi_handlers.provisioner`); the CSI controllers find no driver and stay
+    idle."""
     memo.csi = memo.recorder = memo.leadership = None
     api = await _connect_api(memo, config)
     await _start_caches(memo, api, config)
@@ -140,7 +141,7 @@ async def _prime(api: kube.KubeClient, caches: Caches) -> dict[str, str]:
     """One LIST per cached kind before any controller starts (the Go WaitForCacheSync).
 
     Returns each kind's list resourceVersion: the PV informer watches on from there instead of
-    listing every PV a second time (`handlers.caches`)."""
+    listing every PV a second time (`kopf_csi_handlers.caches`)."""
     return {
         resource.plural: await _prime_kind(api, resource, cache)
         for resource, cache in _primed_kinds(caches).items()

@@ -1,6 +1,6 @@
 """external-provisioner as kopf handlers: claims become volumes, released volumes are deleted.
 
-Thin on purpose. kopf's watches (through `handlers.caches`, `runtime.subscribe`) feed the
+Thin on purpose. kopf's watches (through `kopf_csi_handlers.caches`, `runtime.subscribe`) feed the
 caches and two work queues (claims, volumes), as the Go library's informers feed its two
 queues; the operations live in `kopf_csi.provisioning.operations`. Watch events write nothing
 on the objects (no kopf annotations on users' claims), and the queues do the retrying: 1 s

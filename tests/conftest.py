@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import pathlib
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -29,6 +30,7 @@ __all__ = [
     "TOPOLOGY_KEY",
     "Start",
     "field_managers",
+    "kopf_run_environment",
     "seed_node",
     "stopped_cleanly",
     "until",
@@ -39,6 +41,25 @@ def field_managers(obj: Mapping[str, Any]) -> set[tuple[str, str | None]]:
     """(manager, subresource) of every `managedFields` entry: who wrote the object, and where."""
     entries = obj["metadata"].get("managedFields") or []
     return {(entry["manager"], entry.get("subresource")) for entry in entries}
+
+
+@pytest.fixture
+def cluster_nodes() -> tuple[str, ...]:
+    """The suite's clusters start empty (the kit's start with a node): each test seeds the
+    nodes it needs, and some test what happens with none."""
+    return ()
+
+
+def kopf_run_environment(kubeconfig: pathlib.Path, socket_path: pathlib.Path) -> dict[str, str]:
+    """The environment of a `kopf run` against the emulated API and the driver, without any
+    KOPF_CSI_ variable a developer may have set."""
+    return {
+        **{name: value for name, value in os.environ.items() if not name.startswith("KOPF_CSI_")},
+        "KUBECONFIG": str(kubeconfig),
+        "CSI_ADDRESS": f"unix://{socket_path}",
+        "POD_NAMESPACE": "default",
+        "PYTHONPATH": str(pathlib.Path(__file__).resolve().parent.parent),
+    }
 
 
 pytest_plugins = ("kopf_csi.testing.spies",)  # the driver spies `calls` and `secrets_seen`

@@ -218,8 +218,8 @@ async def test_claims_and_volumes_are_not_watched_through_kopf() -> None:
 
 
 async def test_a_deletion_found_by_a_relist_reaches_the_controllers_with_the_last_state() -> None:
-    from handlers import caches as cache_handlers
     from kopf_csi.caches import Caches
+    from kopf_csi_handlers import caches as cache_handlers
 
     memo = runtime.OperatorMemo(caches=Caches())
     pv = {"metadata": {"name": "pv-1", "resourceVersion": "5"}, "spec": {"csi": {"driver": "d"}}}

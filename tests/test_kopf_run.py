@@ -9,7 +9,6 @@ We test these aspects:
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
 import signal
 import sys
@@ -18,7 +17,7 @@ from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import ControllerManager
 
-from .conftest import DRIVER_NAME, seed_node, until
+from .conftest import DRIVER_NAME, kopf_run_environment, seed_node, until
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -36,16 +35,11 @@ async def test_kopf_run_provisions_a_claim(
         {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"},
          "provisioner": DRIVER_NAME, "volumeBindingMode": "Immediate", "reclaimPolicy": "Delete"},
     )  # fmt: skip
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "CSI_ADDRESS": f"unix://{socket_path}",
-        "POD_NAMESPACE": "default",
-        "PYTHONPATH": str(ROOT),
-    }
+    env = kopf_run_environment(kubeconfig, socket_path)
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
-        "-m", "handlers.lifecycle", "-m", "handlers.caches", "-m", "handlers.provisioner",
+        "-m", "kopf_csi_handlers.lifecycle", "-m", "kopf_csi_handlers.caches",
+        "-m", "kopf_csi_handlers.provisioner",
         env=env, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip

@@ -23,7 +23,8 @@ def test_the_operator_imports_no_generated_models_or_apis() -> None:
     out = run("""
         import sys
         import kopf_csi, kopf
-        import handlers.lifecycle, handlers.provisioner, handlers.attacher
+        import kopf_csi_handlers.lifecycle, kopf_csi_handlers.provisioner
+        import kopf_csi_handlers.attacher
         loaded = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.")]
         models = [m for m in loaded if m.startswith("kubernetes_asyncio.client.models.")]
         apis = [m for m in loaded if m.startswith("kubernetes_asyncio.client.api.")]

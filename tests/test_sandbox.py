@@ -91,7 +91,7 @@ def test_sandbox_runs_the_users_modules_beside_the_defaults(tmp_path: pathlib.Pa
         capture_output=True, text=True, timeout=90, cwd=project,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "handlers.resizer, ./hook.py, mine.hooks; connected to" in result.stdout
+    assert "kopf_csi_handlers.resizer, ./hook.py, mine.hooks; connected to" in result.stdout
     assert "pvc default/data-immediate  Bound" in result.stdout
     marks = sorted(path.name for path in project.iterdir() if "-data-" in path.name)
     assert marks == [

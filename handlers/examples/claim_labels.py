@@ -1,6 +1,6 @@
 """Example handler module: pass a claim's labels to the driver as CreateVolume parameters.
 
-Load it beside the default modules: `kopf-csi run -m handlers.examples.claim_labels`.
+Load it beside the default modules: `kopf-csi run -m kopf_csi_handlers.examples.claim_labels`.
 
 A label `parameters.kopf-csi.kopf.dev/<name>: <value>` on a PersistentVolumeClaim becomes the
 CreateVolume parameter `<name>=<value>`. The StorageClass wins where both set a key: the class

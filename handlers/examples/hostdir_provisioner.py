@@ -9,7 +9,7 @@ unknown parameter is a final error, with its `ProvisioningFailed` event.
 Run one per node, where the directories are, without a CSI driver:
 
     kopf-csi run --no-csi --node-deployment --node-name=$(NODE_NAME) \\
-        -m handlers.examples.hostdir_provisioner
+        -m kopf_csi_handlers.examples.hostdir_provisioner
 
 with StorageClasses of `provisioner: kopf-csi.kopf.dev/hostdir`. Everything else (which claims,
 the PV name, events, retries, the journal, leader election) is the operator's; see the README's

@@ -1,6 +1,6 @@
 """Example handler module: refuse claims above a per-namespace size limit.
 
-Load it beside the default modules: `kopf-csi run -m handlers.examples.namespace_quota`.
+Load it beside the default modules: `kopf-csi run -m kopf_csi_handlers.examples.namespace_quota`.
 It needs to watch Namespaces (RBAC: `list` and `watch` on `namespaces`, shipped in
 `manifests/modules/namespace-quota`).
 

@@ -19,6 +19,7 @@ import difflib
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
@@ -70,8 +71,9 @@ def _add_settings(parser: argparse.ArgumentParser) -> None:
 _RUN_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("-m", "--module"), {
         "dest": "modules", "action": "append", "metavar": "MODULE", "default": None,
-        "help": "A handler module to load after the defaults: a dotted name or a .py file."
-                " Repeat it for more; the variable takes a comma-separated list.",
+        "help": "A handler module to load after the defaults: a dotted name (found from the"
+                " current directory too, as with python -m) or a .py file. Repeat it for more;"
+                " the variable takes a comma-separated list.",
     }),
     (("--no-default-modules",), {
         "action": "store_true",
@@ -246,7 +248,9 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     names = _modules(args, env)
     liveness = args.liveness or env.get("KOPF_CSI_LIVENESS") or None
     logs.configure(level=_log_level(args, env), json=_log_json(args, env))
+    logs.quiet_reported_failures()  # `_operate` reports the failed start-up handlers itself
     log = structlog.get_logger("kopf_csi.cli")
+    _importable_from_here()
     registry = kopf.OperatorRegistry()
     try:
         modules.load(names, registry=registry)
@@ -257,6 +261,14 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return 1
     log.info("operator_starting", modules=names, settings_given=sorted(resolved.sources))
     return _operate(registry, resolved.settings, liveness=liveness)
+
+
+def _importable_from_here() -> None:
+    """Dotted `-m` names are found from the current directory too, as `python -m` finds them
+    (a console script's path starts with its own bin directory instead)."""
+    here = os.getcwd()
+    if not {"", ".", here} & set(sys.path):
+        sys.path.insert(0, here)
 
 
 def _operate(registry: Any, settings: Any, *, liveness: str | None) -> int:
@@ -272,14 +284,23 @@ def _operate(registry: Any, settings: Any, *, liveness: str | None) -> int:
 
     log = structlog.get_logger("kopf_csi.cli")
     loop = asyncio.new_event_loop()
-    stop_flag = asyncio.Event()
     reasons: list[str] = []
 
     def stop_operator(reason: str) -> None:  # from any thread
+        # A signal, as from outside, rather than kopf's `stop_flag`: kopf waits for that flag
+        # in a task of its own, which a signal or a failed start-up leaves waiting, and then
+        # gives that "hung" task 5 s before it exits (SIGTERM to an idle operator took 5.5 s).
         reasons.append(reason)
-        loop.call_soon_threadsafe(stop_flag.set)
+        loop.call_soon_threadsafe(signal_kopf)
+
+    def signal_kopf() -> None:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # kopf's handler is not there yet
+            loop.call_later(0.01, signal_kopf)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     memo = runtime.OperatorMemo(settings=settings, registry=registry, stop_operator=stop_operator)
+    kopf.on.cleanup(registry=registry, id="kopf-csi.unfinished-scan")(_cancel_unfinished_scan)
     try:
         kopf.run(
             loop=loop,
@@ -288,12 +309,12 @@ def _operate(registry: Any, settings: Any, *, liveness: str | None) -> int:
             clusterwide=True,
             standalone=True,
             liveness_endpoint=liveness,
-            stop_flag=stop_flag,
         )
     except Exception as exc:
         failed = _failed_handlers(exc)
-        if failed:  # kopf has logged each handler's failure with its traceback already
-            log.error("operator_failed", failed_handlers=failed)  # noqa: TRY400
+        if failed:  # one line per start-up handler that failed, with why (kopf's: debug)
+            for handler, error in failed.items():
+                log.error("operator_failed", handler=handler, error=error)  # noqa: TRY400
         else:
             log.exception("operator_failed", error=str(exc) or repr(exc))
         return 1
@@ -308,16 +329,34 @@ def _operate(registry: Any, settings: Any, *, liveness: str | None) -> int:
     return 0
 
 
+async def _cancel_unfinished_scan(**_: Any) -> None:
+    """Cancel kopf's discovery of the API's resources if a stop comes before it has finished.
+
+    kopf 1.45 reads each API group in a task of its own (`asyncio.as_completed`) that the
+    cancelled scan leaves running: they retry against the closed connection until kopf gives
+    such "hung" tasks 5 s (a SIGTERM just after start-up took 5.3 s, with error lines)."""
+    scanning = "kopf/_cogs/clients/scanning.py"
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        if code is not None and code.co_filename.replace("\\", "/").endswith(scanning):
+            task.cancel()
+
+
 def _failed_handlers(exc: Exception) -> dict[str, str]:
-    """The handlers behind kopf's ActivityError ("One or more handlers failed"), and why."""
+    """The handlers behind kopf's ActivityError ("One or more handlers failed"), and why; not
+    the controllers that did not start because another handler failed (`runtime.NotStarted`)."""
+    from kopf_csi import runtime
+
     outcomes = getattr(exc, "outcomes", None)  # ActivityError is not in kopf's public API
     if not isinstance(outcomes, dict):
         return {}
-    return {
-        str(handler): str(outcome.exception)
+    failed = {
+        str(handler): outcome.exception
         for handler, outcome in outcomes.items()
         if getattr(outcome, "exception", None) is not None
     }
+    causes = {h: e for h, e in failed.items() if not isinstance(e, runtime.NotStarted)}
+    return {handler: str(error) for handler, error in (causes or failed).items()}
 
 
 def _config(args: argparse.Namespace, env: Mapping[str, str]) -> int:

@@ -7,8 +7,8 @@ Paths (constants in `kopf_csi.names`):
   exit when the driver goes away; we fail liveness instead, so the kubelet restarts us while the
   driver is down, see docs/operations.md), and every check in `memo.health_checks` must pass.
 - `/readyz`: readiness: the driver answered at start-up and the caches are primed
-  (`memo.driver` is set, which `handlers.lifecycle` does last), or this replica is a connected
-  standby waiting for its Leases (so that a rolling update does not wait for it to lead).
+  (`memo.driver` is set, which `kopf_csi_handlers.lifecycle` does last), or this replica is a
+  connected standby waiting for its Leases (so that a rolling update does not wait for it to lead).
 - `/healthz/leader-election`: csi-lib-utils' path: 200 `ok` unless the `leader-election` check
   fails (the election's watchdog: a leader that has not renewed its lease in time).
 - `/debug/objects/<kind>/[<namespace>/]<name>`: read-only, what this operator knows of one

@@ -15,6 +15,11 @@ objects only), `name` and `uid`.
   one there is); it is mapped to the same keys, and kopf's other `extra` fields (its settings
   object, `k8s_skip`) are dropped.
 
+Under kopf's own `kopf run`, which configures stdlib logging before it loads the handler
+modules, nothing calls `configure()`: `follow_kopf()` (at the import of `kopf_csi.runtime`)
+then sends our records through kopf's handler, in kopf's format and at kopf's level
+(`--verbose`, `--debug`, `--quiet`), so that one setting and one format hold for every line.
+
 Values are rendered, never looked into: secrets must not reach a log call in the first place
 (`kopf_csi.csi.redaction`).
 
@@ -37,10 +42,13 @@ import structlog
 
 __all__ = [
     "FORMATS",
+    "NOT_STARTED",
     "PerEventRecords",
+    "ReportedFailures",
     "bound_object",
     "configure",
     "expand_object",
+    "follow_kopf",
     "formatter",
     "kopf_reference",
     "object_fields",
@@ -147,10 +155,101 @@ def _is_handler_success(record: logging.LogRecord) -> bool:
     return message.startswith("Handler ") and message.endswith(" succeeded.")
 
 
+NOT_STARTED = "not started, lifecycle.connect failed: "
+"""How a controller's start-up says that it did not start because the connection failed
+(`runtime.NotStarted`): the connection's own failure is the one worth a line."""
+
+
+class ReportedFailures(logging.Filter):
+    """On kopf's start-up activity logger: a failure reported elsewhere becomes a debug record.
+
+    Always the controllers that did not start because `lifecycle.connect` failed (eight lines
+    repeating its reason); with `everything=True` (`kopf-csi run`, which names every failed
+    start-up handler and its reason in one line of its own as it exits) every permanent failure.
+    """
+
+    def __init__(self, *, everything: bool = False) -> None:
+        super().__init__()
+        self.everything = everything
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage() if record.levelno >= logging.ERROR else ""
+        if " failed permanently: " in message and (self.everything or NOT_STARTED in message):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_reported_failures() -> None:
+    """`kopf-csi run` reports every failed start-up handler itself (see `ReportedFailures`)."""
+    _add_filter("kopf.activities.startup", ReportedFailures(everything=True))
+
+
+def _add_filter(name: str, new: logging.Filter) -> None:
+    logger = logging.getLogger(name)
+    logger.filters[:] = [f for f in logger.filters if type(f) is not type(new)] + [new]
+
+
 def _install_filters() -> None:
     kopf_objects = logging.getLogger("kopf.objects")
     if not any(isinstance(f, PerEventRecords) for f in kopf_objects.filters):
         kopf_objects.addFilter(PerEventRecords())
+    startup = logging.getLogger("kopf.activities.startup")
+    if not any(isinstance(f, ReportedFailures) for f in startup.filters):
+        startup.addFilter(ReportedFailures())
+
+
+def _quiet_hpack() -> None:
+    # hpack logs every HTTP/2 header at DEBUG, and a driver's error text travels in the
+    # `grpc-message` header: it may echo a secret. Never below INFO, whatever the level.
+    logging.getLogger("hpack").setLevel(max(logging.INFO, logging.getLogger().level))
+
+
+def follow_kopf() -> bool:
+    """Under `kopf run`: our records through kopf's logging (its handler, format and level).
+
+    Only when kopf's command line has configured logging (its handler is on the root logger)
+    and nothing has configured structlog: an entry point of ours, a test, a user's script
+    configure their own. Returns whether it did.
+    """
+    kopf_handler = any(
+        type(h).__name__ == "_KopfStreamHandler" for h in logging.getLogger().handlers
+    )
+    if not kopf_handler or structlog.is_configured():
+        return False
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,  # kopf's level: debug only with --verbose
+            structlog.contextvars.merge_contextvars,
+            expand_object,
+            structlog.processors.format_exc_info,
+            _as_message,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    _quiet_hpack()
+    _install_filters()
+    return True
+
+
+def _as_message(
+    _: Any, __: str, event: MutableMapping[str, Any]
+) -> tuple[tuple[str], dict[str, Any]]:
+    """The record's message for a foreign formatter: `event key=value ...` in one line."""
+    text = str(event.pop("event", ""))
+    exception = event.pop("exception", None)
+    fields = " ".join(f"{key}={_value(value)}" for key, value in event.items())
+    message = f"{text} {fields}" if fields else text
+    if exception:
+        message = f"{message}\n{exception}"
+    return (message,), {}
+
+
+def _value(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text) if not text or any(c.isspace() or c in "'\"=" for c in text) else text
 
 
 def configure(
@@ -189,7 +288,5 @@ def configure(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level if isinstance(level, int) else level.upper())
-    # hpack logs every HTTP/2 header at DEBUG, and a driver's error text travels in the
-    # `grpc-message` header: it may echo a secret. Never below INFO, whatever the level.
-    logging.getLogger("hpack").setLevel(max(logging.INFO, root.level))
+    _quiet_hpack()
     _install_filters()

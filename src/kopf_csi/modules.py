@@ -2,7 +2,8 @@
 
 `DEFAULT_MODULES` is the canonical list: `kopf-csi run` loads it (unless told not to) plus the
 user's own modules; the test and benchmark runners load it too. Each module is either a dotted
-name (`handlers.provisioner`, `mypkg.handlers`) or a path to a Python file (`./my_handlers.py`).
+name (`kopf_csi_handlers.provisioner`, `mypkg.handlers`) or a path to a Python file
+(`./my_handlers.py`).
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ from kopf_csi import runtime
 __all__ = ["DEFAULT_MODULES", "ModuleLoadError", "is_path", "load"]
 
 DEFAULT_MODULES = (
-    "handlers.observability",  # metrics and probes: before anything waits (driver, leadership)
-    "handlers.lifecycle",
-    "handlers.caches",
-    "handlers.provisioner",
-    "handlers.capacity",
-    "handlers.attacher",
-    "handlers.health",
-    "handlers.snapshotter",
-    "handlers.groupsnapshotter",
-    "handlers.resizer",
+    # Metrics and probes first: before anything waits (driver, leadership).
+    "kopf_csi_handlers.observability",
+    "kopf_csi_handlers.lifecycle",
+    "kopf_csi_handlers.caches",
+    "kopf_csi_handlers.provisioner",
+    "kopf_csi_handlers.capacity",
+    "kopf_csi_handlers.attacher",
+    "kopf_csi_handlers.health",
+    "kopf_csi_handlers.snapshotter",
+    "kopf_csi_handlers.groupsnapshotter",
+    "kopf_csi_handlers.resizer",
 )
 """Start-up first (it fills the memo the others wait for), then the caches, then controllers."""
 

@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import flags, heap, kube, leadership
+from kopf_csi import flags, heap, kube, leadership, logs
 from kopf_csi.caches import Caches
 from kopf_csi.settings import Settings
 
@@ -25,6 +25,7 @@ __all__ = [
     "ANNOTATIONS_PREFIX",
     "STARTED_HANDLER_ID",
     "WORKER_IDLE_TIMEOUT",
+    "NotStarted",
     "ObjectMemo",
     "OperatorMemo",
     "all_started",
@@ -53,6 +54,9 @@ STARTED_HANDLER_ID = "kopf-csi.started"
 
 ANNOTATIONS_PREFIX = "kopf-csi.kopf.dev"
 """Where kopf keeps its progress on our objects: `kopf-csi.kopf.dev/<handler id>`."""
+
+# Every handler module imports this one: under `kopf run`, our lines follow kopf's logging.
+logs.follow_kopf()
 
 
 def configure_kopf(settings: kopf.OperatorSettings, *, registry: Any = None) -> None:
@@ -91,6 +95,11 @@ def configure_kopf(settings: kopf.OperatorSettings, *, registry: Any = None) -> 
     settings.scanning.disabled = True
 
 
+class NotStarted(kopf.PermanentError):
+    """A controller did not start because `lifecycle.connect` failed: that failure is the one
+    to report (`kopf-csi run` names it alone, and `logs.ReportedFailures` quiets these)."""
+
+
 def settings_from_memo(memo: Any) -> Settings:
     """The settings an entry point put into the memo, or the environment's under `kopf run`."""
     settings = getattr(memo, "settings", None)
@@ -111,7 +120,7 @@ def caches_from_memo(memo: Any) -> Caches:
     """The shared caches `lifecycle.connect` created (before any watch starts)."""
     caches = getattr(memo, "caches", None)
     if not isinstance(caches, Caches):
-        raise kopf.PermanentError("the caches are missing: load handlers.lifecycle")
+        raise kopf.PermanentError("the caches are missing: load kopf_csi_handlers.lifecycle")
     return caches
 
 
@@ -137,12 +146,13 @@ async def wait_for_driver(memo: Any, *, timeout: float | None = None) -> bool:
             return False
         failed = getattr(memo, "connect_error", None)
         if failed is not None:
-            raise kopf.PermanentError(f"not started, lifecycle.connect failed: {failed}")
+            raise NotStarted(f"not started, lifecycle.connect failed: {failed}")
         if is_standby(memo):
             deadline = time.monotonic() + timeout
         elif time.monotonic() > deadline:
             raise kopf.PermanentError(
-                f"the CSI driver was not connected within {timeout:g}s: load handlers.lifecycle"
+                f"the CSI driver was not connected within {timeout:g}s:"
+                " load kopf_csi_handlers.lifecycle"
             )
         await asyncio.sleep(0.02)
     return True
@@ -184,9 +194,9 @@ Listener = Callable[[Any, bool], "Awaitable[None] | None"]
 
 
 def subscribe(memo: Any, resource: kube.Resource, listener: Listener) -> None:
-    """Have `handlers.caches` pass every watch event of `resource` to `listener`.
+    """Have `kopf_csi_handlers.caches` pass every watch event of `resource` to `listener`.
 
-    One kopf handler per kind (in `handlers.caches`) feeds the shared cache and every
+    One kopf handler per kind (in `kopf_csi_handlers.caches`) feeds the shared cache and every
     controller, instead of one kopf handler per controller and kind: kopf's cost per handler
     invocation, paid by three controllers on every PV event, was a tenth of the CPU per volume.
     Controllers subscribe in their start-up handlers, which kopf runs before any watch starts.

@@ -54,7 +54,12 @@ def driver_config(tmp_path: pathlib.Path, driver_options: dict[str, Any]) -> Dri
 
 @pytest.fixture
 def handler_modules() -> tuple[str, ...]:
-    return ("handlers.lifecycle", "handlers.caches", "handlers.attacher", "handlers.health")
+    return (
+        "kopf_csi_handlers.lifecycle",
+        "kopf_csi_handlers.caches",
+        "kopf_csi_handlers.attacher",
+        "kopf_csi_handlers.health",
+    )
 
 
 @pytest.fixture

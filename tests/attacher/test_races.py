@@ -186,7 +186,12 @@ BURST = 40
 
 @pytest.fixture
 def handler_modules() -> tuple[str, ...]:
-    return ("handlers.lifecycle", "handlers.caches", "handlers.provisioner", "handlers.attacher")
+    return (
+        "kopf_csi_handlers.lifecycle",
+        "kopf_csi_handlers.caches",
+        "kopf_csi_handlers.provisioner",
+        "kopf_csi_handlers.attacher",
+    )
 
 
 async def test_a_burst_of_attached_volumes_deleted_with_their_pods_loses_races_quietly(

@@ -106,9 +106,9 @@ def _args(*argv: str) -> argparse.Namespace:
          [*modules.DEFAULT_MODULES, "mine.quota", "mine.labels"]),
         (["-m", "mine.flag"], {"KOPF_CSI_MODULES": "mine.env"},
          [*modules.DEFAULT_MODULES, "mine.flag"]),
-        (["--no-default-modules", "-m", "handlers.lifecycle", "-m", "mine.x"], {},
-         ["handlers.lifecycle", "mine.x"]),
-        (["-m", "handlers.caches"], {}, list(modules.DEFAULT_MODULES)),
+        (["--no-default-modules", "-m", "kopf_csi_handlers.lifecycle", "-m", "mine.x"], {},
+         ["kopf_csi_handlers.lifecycle", "mine.x"]),
+        (["-m", "kopf_csi_handlers.caches"], {}, list(modules.DEFAULT_MODULES)),
     ],
 )  # fmt: skip
 def test_module_selection(argv: list[str], env: dict[str, str], expected: list[str]) -> None:
@@ -224,5 +224,5 @@ def test_the_default_modules_are_the_test_runners() -> None:
     from kopf_csi.testing import operator
 
     assert operator.DEFAULT_MODULES is modules.DEFAULT_MODULES
-    assert "handlers.lifecycle" in modules.DEFAULT_MODULES
+    assert "kopf_csi_handlers.lifecycle" in modules.DEFAULT_MODULES
     assert not any(modules.is_path(name) for name in modules.DEFAULT_MODULES)

@@ -1,7 +1,7 @@
 """The hostdir example, held after it made the directory: a provisioning attempt in flight.
 
-Loaded instead of `handlers.examples.hostdir_provisioner` by the restart tests. The call log
-lives in `tests.examples.gate` (not reloaded with this module by each operator).
+Loaded instead of `kopf_csi_handlers.examples.hostdir_provisioner` by the restart tests. The
+call log lives in `tests.examples.gate` (not reloaded with this module by each operator).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import kopf
 
-from handlers.examples.hostdir_provisioner import NAME, HostDirProvisioner
 from kopf_csi import runtime
 from kopf_csi.provisioning.backends import ProvisionOptions, ProvisionResult, register_provisioner
+from kopf_csi_handlers.examples.hostdir_provisioner import NAME, HostDirProvisioner
 from tests.examples import gate
 
 

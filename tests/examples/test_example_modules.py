@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from handlers.examples.claim_labels import label_parameters
-from handlers.examples.namespace_quota import ANNOTATION, refusal
 from kopf_csi.driver import Driver
 from kopf_csi.settings import ProvisionerOptions, Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import DEFAULT_MODULES
-from kopf_csi.testing.pytest_plugin import DRIVER_NAME, seed_node, until
+from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, until
+from kopf_csi_handlers.examples.claim_labels import label_parameters
+from kopf_csi_handlers.examples.namespace_quota import ANNOTATION, refusal
 
-EXAMPLES = ("handlers.examples.claim_labels", "handlers.examples.namespace_quota")
+EXAMPLES = ("kopf_csi_handlers.examples.claim_labels", "kopf_csi_handlers.examples.namespace_quota")
 
 
 @pytest.fixture
@@ -34,13 +34,12 @@ def settings(settings: Settings) -> Settings:
     return dataclasses.replace(settings, provisioner=fast)
 
 
-@pytest.fixture(autouse=True)
-def node(cluster: EmulatedCluster) -> None:
-    """Autouse fixtures come first: the node exists before the operator starts and caches nodes.
+@pytest.fixture
+def cluster_nodes() -> tuple[str, ...]:
+    """The kit's own default, as a user has it (this suite's conftest starts clusters empty).
 
-    The driver reports topology, so claims need a node to land on.
-    """
-    seed_node(cluster)
+    The driver reports topology, so claims need a node to land on."""
+    return (NODE,)
 
 
 async def known(operator: Any, namespace: str) -> None:

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from handlers.examples.hostdir_provisioner import NAME, node_affinity, parse_parameters
 from kopf_csi import names
 from kopf_csi.provisioning.journal import journal_name
 from kopf_csi.settings import (
@@ -33,9 +32,10 @@ from kopf_csi.settings import (
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
 from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, seed_node, until
+from kopf_csi_handlers.examples.hostdir_provisioner import NAME, node_affinity, parse_parameters
 from tests.examples import gate
 
-EXAMPLE = "handlers.examples.hostdir_provisioner"
+EXAMPLE = "kopf_csi_handlers.examples.hostdir_provisioner"
 GATED = "tests.examples.gated_hostdir"
 NAMESPACE = "default"
 
@@ -197,7 +197,14 @@ async def test_wait_for_first_consumer_hostpath_kept_on_retain(
     select_node(cluster, "late")
     volume = await until(lambda: bound_volume(cluster, "late"))
     assert volume["spec"]["hostPath"] == {"path": str(base / f"pvc-{uid}"), "type": "Directory"}
-    assert names.FINALIZER_PV not in volume["metadata"]["finalizers"]  # Retain: none kept
+    # Retain: the finalizer it was created with goes (Go's handleProtectionFinalizer), which
+    # may be after the claim is Bound.
+    await until(
+        lambda: (
+            names.FINALIZER_PV
+            not in cluster.get("persistentvolumes", None, f"pvc-{uid}")["metadata"]["finalizers"]
+        )
+    )
     delete_claim(cluster, "late")
     released = await until(
         lambda: (

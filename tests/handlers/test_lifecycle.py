@@ -67,7 +67,7 @@ async def live_operator(
     port = _free_port()
     url = f"http://127.0.0.1:{port}/healthz"
     operator = OperatorThread(
-        settings=settings, modules=("handlers.lifecycle",), liveness_endpoint=url
+        settings=settings, modules=("kopf_csi_handlers.lifecycle",), liveness_endpoint=url
     )
     await operator.start()
     try:
@@ -108,7 +108,7 @@ async def test_liveness_fails_while_the_driver_is_down(
 async def test_operator_waits_for_a_driver_that_starts_late(
     settings: Settings, driver_config: DriverConfig, socket_path: pathlib.Path
 ) -> None:
-    operator = OperatorThread(settings=settings, modules=("handlers.lifecycle",))
+    operator = OperatorThread(settings=settings, modules=("kopf_csi_handlers.lifecycle",))
     starting = asyncio.create_task(operator.start())
     await asyncio.sleep(1.5)
     assert not starting.done()
@@ -128,7 +128,7 @@ async def test_operator_without_a_driver_fails_clearly(
         kube=settings.kube,
     )
     with pytest.raises(RuntimeError) as err:
-        async with running_operator(settings=lonely, modules=("handlers.lifecycle",)):
+        async with running_operator(settings=lonely, modules=("kopf_csi_handlers.lifecycle",)):
             pass
     assert "the operator failed to start" in str(err.value)
     failures = [r.getMessage() for r in caplog.records if r.name == "kopf.activities.startup"]

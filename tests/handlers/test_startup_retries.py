@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from handlers.lifecycle import _prime_kind
 from kopf_csi import kube
 from kopf_csi.caches import Cache
 from kopf_csi.driver import Driver
@@ -29,6 +28,7 @@ from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import running_operator
+from kopf_csi_handlers.lifecycle import _prime_kind
 
 from ..conftest import DRIVER_NAME, seed_node, until
 

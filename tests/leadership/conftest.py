@@ -25,7 +25,11 @@ from ..conftest import until
 FAST = LeaderElectionSettings(
     enabled=True, lease_duration=2.0, renew_deadline=1.0, retry_period=0.2
 )
-MODULES = ("handlers.lifecycle", "handlers.caches", "handlers.provisioner")
+MODULES = (
+    "kopf_csi_handlers.lifecycle",
+    "kopf_csi_handlers.caches",
+    "kopf_csi_handlers.provisioner",
+)
 
 
 @pytest.fixture

@@ -302,7 +302,12 @@ async def test_a_leader_that_cannot_renew_stops_its_work_and_the_operator(
 async def test_every_role_has_its_lease_and_a_go_attacher_keeps_us_standby(
     cluster: EmulatedCluster, driver: Driver, settings: Settings
 ) -> None:
-    modules = ("handlers.lifecycle", "handlers.caches", "handlers.provisioner", "handlers.attacher")
+    modules = (
+        "kopf_csi_handlers.lifecycle",
+        "kopf_csi_handlers.caches",
+        "kopf_csi_handlers.provisioner",
+        "kopf_csi_handlers.attacher",
+    )
     go = GoSidecar(cluster, ATTACHER_LEASE, "csi-attacher-go-0")
     replica = start_replica(settings, "replica-a", modules)
     try:
@@ -334,7 +339,12 @@ async def test_every_role_has_its_lease_and_a_go_attacher_keeps_us_standby(
 async def test_a_standby_that_stops_releases_what_it_holds(
     cluster: EmulatedCluster, driver: Driver, settings: Settings
 ) -> None:
-    modules = ("handlers.lifecycle", "handlers.caches", "handlers.provisioner", "handlers.attacher")
+    modules = (
+        "kopf_csi_handlers.lifecycle",
+        "kopf_csi_handlers.caches",
+        "kopf_csi_handlers.provisioner",
+        "kopf_csi_handlers.attacher",
+    )
     go = GoSidecar(cluster, ATTACHER_LEASE, "csi-attacher-go-0")
     replica = start_replica(settings, "replica-a", modules)
     try:
@@ -358,7 +368,7 @@ async def test_a_standby_is_healthy_over_http(
     go = GoSidecar(cluster, PROVISIONER_LEASE, "csi-provisioner-go-0")
     # kopf runs start-up handlers one by one, in the order of loading: the endpoint's comes
     # first (as in DEFAULT_MODULES), so that it serves while the election waits.
-    replica = start_replica(settings, "replica-a", ("handlers.observability", *MODULES))
+    replica = start_replica(settings, "replica-a", ("kopf_csi_handlers.observability", *MODULES))
     try:
         elector = await replica.wait_standby()
         await until(lambda: elector.holders.get(PROVISIONER_LEASE) == "csi-provisioner-go-0")

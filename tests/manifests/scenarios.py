@@ -63,7 +63,10 @@ TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
 OPERATOR_NAMESPACE = "kopf-csi"
 ACCOUNT = "kopf-csi"  # the Deployment's ServiceAccount: the operator runs with its token
 APPS = "apps"
-EXAMPLE_MODULES = ("handlers.examples.claim_labels", "handlers.examples.namespace_quota")
+EXAMPLE_MODULES = (
+    "kopf_csi_handlers.examples.claim_labels",
+    "kopf_csi_handlers.examples.namespace_quota",
+)
 QUOTA = "quota.kopf-csi.kopf.dev/max-volume-size"  # namespace_quota's annotation
 SNAPSHOTS = "snapshot.storage.k8s.io"
 GROUPS = "groupsnapshot.storage.k8s.io"

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from handlers.examples.hostdir_provisioner import HostDirProvisioner
 from kopf_csi import names
 from kopf_csi.provisioning import backends
 from kopf_csi.provisioning.backends import (
@@ -28,6 +27,7 @@ from kopf_csi.provisioning.backends import (
 from kopf_csi.provisioning.csi_backend import CSIBackend
 from kopf_csi.provisioning.states import failure_outcome
 from kopf_csi.provisioning.volumes import complete_volume
+from kopf_csi_handlers.examples.hostdir_provisioner import HostDirProvisioner
 
 CLAIM = {
     "metadata": {"name": "data", "namespace": "ns", "uid": "u-1", "resourceVersion": "7"},

@@ -65,11 +65,11 @@ def driver_config(tmp_path: pathlib.Path, driver_options: dict[str, Any]) -> Dri
 @pytest.fixture
 def handler_modules() -> tuple[str, ...]:
     return (
-        "handlers.lifecycle",
-        "handlers.caches",
-        "handlers.provisioner",
-        "handlers.attacher",
-        "handlers.resizer",
+        "kopf_csi_handlers.lifecycle",
+        "kopf_csi_handlers.caches",
+        "kopf_csi_handlers.provisioner",
+        "kopf_csi_handlers.attacher",
+        "kopf_csi_handlers.resizer",
     )
 
 

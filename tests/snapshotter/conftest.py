@@ -73,7 +73,12 @@ def driver_config(tmp_path: pathlib.Path, driver_options: dict[str, Any]) -> Dri
 
 @pytest.fixture
 def handler_modules() -> tuple[str, ...]:
-    return ("handlers.lifecycle", "handlers.caches", "handlers.provisioner", "handlers.snapshotter")
+    return (
+        "kopf_csi_handlers.lifecycle",
+        "kopf_csi_handlers.caches",
+        "kopf_csi_handlers.provisioner",
+        "kopf_csi_handlers.snapshotter",
+    )
 
 
 @pytest.fixture

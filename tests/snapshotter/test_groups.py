@@ -57,11 +57,11 @@ GROUP_SECRET_PARAMETERS = {
     "tier": "gold",
 }
 GROUP_MODULES = (
-    "handlers.lifecycle",
-    "handlers.caches",
-    "handlers.provisioner",
-    "handlers.snapshotter",
-    "handlers.groupsnapshotter",
+    "kopf_csi_handlers.lifecycle",
+    "kopf_csi_handlers.caches",
+    "kopf_csi_handlers.provisioner",
+    "kopf_csi_handlers.snapshotter",
+    "kopf_csi_handlers.groupsnapshotter",
 )
 
 

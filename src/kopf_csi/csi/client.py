@@ -106,16 +106,16 @@ class CSIClient:
             except CSIError as exc:
                 if exc.code not in {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED}:
                     raise
-                reason = exc.code.name
+                reason, cause = exc.code.name, exc.message  # the cause: no such file, refused
             else:
                 # A missing `ready` counts as ready (CSI spec; csi-lib-utils ProbeForever).
                 if response.ready is None or response.ready:
                     return
-                reason = "NOT_READY"
+                reason, cause = "NOT_READY", "Probe answered ready=false"
             now = time.monotonic()
             if now - started >= wait:
                 raise DriverNotReadyError(
-                    f"the CSI driver at {self.path} was not ready within {wait:g}s ({reason})",
+                    f"the CSI driver at {self.path} was not ready within {wait:g}s: {cause}",
                     method="/csi.v1.Identity/Probe",
                     code=Code.UNAVAILABLE,
                 )

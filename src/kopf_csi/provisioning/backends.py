@@ -240,8 +240,8 @@ def register_provisioner(
     """Serve the claims of StorageClasses with `provisioner: <name>` with this back end.
 
     Call it from a handler module's start-up handler, in any order relative to the default
-    modules' (`handlers.provisioner` starts it when it is ready, and at once once it runs), or
-    later: a back end registered after start-up lists the claims once, so those that exist
+    modules' (`kopf_csi_handlers.provisioner` starts it when it is ready, and at once once it
+    runs), or later: a back end registered after start-up lists the claims once, so those that exist
     already are served too.
     `manager` is the field manager of its writes (default: the name, `/` as `-`), as a Go
     provisioner's writes carry its binary's name.

@@ -9,6 +9,15 @@ Kubernetes API over local HTTP, the reference CSI driver on a unix socket, kopf 
 - `driver`: the reference CSI driver (`driver_config` to change its features or faults);
 - `operator`: kopf running `handler_modules` against both, with `settings`.
 
+A `cluster` starts with one usable node (`cluster_nodes`: a Node and its CSINode for the
+reference driver, as kubelet and the node-driver-registrar register them); override
+`cluster_nodes` to have others, or none.
+
+The kit runs on pytest-asyncio (`pip install 'kopf-csi[testing]'`), with nothing to configure:
+its async fixtures are pytest-asyncio fixtures, and an `async def` test that uses any of them
+is marked `asyncio` here, in pytest-asyncio's strict mode (its default) as in auto mode. Your
+own async fixtures need `@pytest_asyncio.fixture`, or `asyncio_mode = "auto"`.
+
 Override `handler_modules` to add yours to the defaults, and `settings` to change options:
 
     @pytest.fixture
@@ -25,19 +34,29 @@ Fixtures of the same name in a suite's own conftest.py take precedence over thes
 from __future__ import annotations
 
 import asyncio
+import inspect
 import pathlib
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+import types
+from collections.abc import AsyncIterator, Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from kopf_csi.driver import Driver, DriverConfig, Features, running_driver
 from kopf_csi.settings import CSISettings, KubeSettings, Settings
-from kopf_csi.testing.emulator import EmulatedCluster
-from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
+
+pytest_asyncio: types.ModuleType | None
+try:
+    import pytest_asyncio
+except ImportError:  # the kit's fixtures say what to install when a test asks for them
+    pytest_asyncio = None
+
+if TYPE_CHECKING:  # the emulator needs kmock (the `testing` extra): imported when used
+    from kopf_csi.testing.emulator import EmulatedCluster
+    from kopf_csi.testing.kcm import ControllerManager
 
 __all__ = ["DRIVER_NAME", "NODE", "TOPOLOGY_KEY", "seed_node", "until"]
 
@@ -74,6 +93,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kind: needs Docker and the kind binary; skipped if absent")
 
 
+ASYNC_FIXTURES = ("cluster", "kcm", "driver", "operator")
+"""The kit's async fixtures: an async test using any of them runs on pytest-asyncio."""
+MISSING = "the kopf-csi testing kit needs {}: pip install 'kopf-csi[testing]'"
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_pycollect_makeitem(
+    collector: pytest.Collector, name: str, obj: object
+) -> Generator[None, Any, Any]:
+    """Mark `asyncio` the async tests that use the kit's fixtures, so that pytest-asyncio runs
+    them in strict mode too. Innermost of the wrappers (`trylast`): pytest-asyncio's own wrapper
+    turns the marked tests into its items after this."""
+    result = yield
+    for item in result if isinstance(result, list) else [result]:
+        if (
+            isinstance(item, pytest.Function)
+            and pytest_asyncio is not None
+            and inspect.iscoroutinefunction(item.obj)
+            and item.get_closest_marker("asyncio") is None
+            and any(fixture in ASYNC_FIXTURES for fixture in item.fixturenames)
+        ):
+            item.add_marker(pytest.mark.asyncio)
+    return result
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `kind` need Docker and kind; skip them, saying so, where either is absent."""
     missing = [tool for tool in ("docker", "kind") if shutil.which(tool) is None]
@@ -85,9 +129,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def _async_fixture(function: Callable[..., Any]) -> Any:
+    """A pytest-asyncio fixture (in the test's loop), or one that says what to install."""
+    if pytest_asyncio is not None:
+        return pytest_asyncio.fixture(function, loop_scope="function")
+
+    @pytest.fixture(name=function.__name__)
+    def missing() -> None:
+        pytest.fail(MISSING.format("pytest-asyncio"), pytrace=False)
+
+    return missing
+
+
 @pytest.fixture
-async def cluster() -> AsyncIterator[EmulatedCluster]:
+def cluster_nodes() -> tuple[str, ...]:
+    """The nodes a `cluster` starts with (`seed_node`): one, so that claims can be placed."""
+    return (NODE,)
+
+
+@_async_fixture
+async def cluster(cluster_nodes: tuple[str, ...]) -> AsyncIterator[EmulatedCluster]:
+    try:
+        from kopf_csi.testing.emulator import EmulatedCluster
+    except ImportError as exc:  # kmock, aiohttp's server, yaml
+        pytest.fail(f"{MISSING.format(exc.name)} ({exc})", pytrace=False)
     async with EmulatedCluster() as cluster:
+        for node in cluster_nodes:
+            seed_node(cluster, node)
         yield cluster
 
 
@@ -96,8 +164,10 @@ def kubeconfig(cluster: EmulatedCluster, tmp_path: pathlib.Path) -> pathlib.Path
     return cluster.write_kubeconfig(tmp_path / "kubeconfig")
 
 
-@pytest.fixture
+@_async_fixture
 async def kcm(cluster: EmulatedCluster) -> AsyncIterator[ControllerManager]:
+    from kopf_csi.testing.kcm import ControllerManager
+
     async with ControllerManager(cluster) as kcm:
         yield kcm
 
@@ -118,7 +188,7 @@ def driver_config(tmp_path: pathlib.Path) -> DriverConfig:
     )
 
 
-@pytest.fixture
+@_async_fixture
 async def driver(driver_config: DriverConfig, socket_path: pathlib.Path) -> AsyncIterator[Driver]:
     async with running_driver(driver_config, socket_path=socket_path, grace=0.1) as driver:
         yield driver
@@ -137,7 +207,7 @@ def settings(kubeconfig: pathlib.Path, socket_path: pathlib.Path) -> Settings:
     )
 
 
-@pytest.fixture
+@_async_fixture
 async def operator(
     settings: Settings, driver: Driver, handler_modules: tuple[str, ...]
 ) -> AsyncIterator[OperatorThread]:

@@ -1,0 +1,77 @@
+"""The testing kit as a user's project gets it: pytest run in a fresh project of its own.
+
+Nothing is configured there (no `asyncio_mode`, no conftest): pytest-asyncio's defaults, in
+strict mode, as in a project that has only just installed `kopf-csi[testing]`.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+USER_TEST = """
+import pytest
+from kopf_csi.testing.pytest_plugin import NODE
+
+
+async def test_the_cluster_has_a_usable_node(cluster):
+    nodes = [node["metadata"]["name"] for node in cluster.objects("nodes")]
+    csinodes = [node["spec"]["drivers"][0]["name"] for node in cluster.objects("csinodes")]
+    assert nodes == [NODE]
+    assert csinodes == ["hostpath.csi.kopf.dev"]
+
+
+
+async def test_other_async_tests_are_left_alone():
+    pass  # strict mode, no kit fixture: pytest-asyncio does not run it (not our business)
+"""
+
+USER_TEST_NODES = """
+import pytest
+
+
+@pytest.fixture
+def cluster_nodes():
+    return ("a", "b")
+
+
+async def test_nodes_can_be_chosen(cluster):
+    assert sorted(node["metadata"]["name"] for node in cluster.objects("nodes")) == ["a", "b"]
+"""
+
+
+def run_pytest(project: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def project(tmp_path: pathlib.Path) -> pathlib.Path:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # not this repository's settings
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TEST))
+    (tmp_path / "test_user_nodes.py").write_text(textwrap.dedent(USER_TEST_NODES))
+    return tmp_path
+
+
+def test_kit_fixtures_work_in_strict_mode_without_configuration(project: pathlib.Path) -> None:
+    result = run_pytest(project)
+    out = result.stdout + result.stderr
+    assert "PASSED test_user.py::test_the_cluster_has_a_usable_node" in out, out
+    assert "PASSED test_user_nodes.py::test_nodes_can_be_chosen" in out, out
+    assert "requested an async fixture" not in out, out
+    # Not marked by the kit: pytest-asyncio's strict mode leaves it to pytest, which fails it.
+    assert "FAILED test_user.py::test_other_async_tests_are_left_alone" in out, out
+
+
+def test_kit_fixtures_work_in_auto_mode(project: pathlib.Path) -> None:
+    result = run_pytest(project, "-o", "asyncio_mode=auto")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout, result.stdout
