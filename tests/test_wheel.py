@@ -10,6 +10,7 @@ We test these aspects:
 from __future__ import annotations
 
 import pathlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,11 +22,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    """`pip wheel . --no-deps` with the venv's setuptools (no network: no build isolation)."""
-    directory = tmp_path_factory.mktemp("wheel")
+    """`pip wheel . --no-deps` with the venv's setuptools (no network: no build isolation), in a
+    clean copy of the sources with `devtools/` beside them: a checkout's stale build/ directory
+    would otherwise add whatever an earlier build put there."""
+    source, directory = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("src", "handlers", "devtools"):
+        shutil.copytree(ROOT / name, source / name, ignore=ignore)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(directory), str(ROOT)],
+         "--wheel-dir", str(directory), str(source)],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
