@@ -46,7 +46,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over src and handlers."""
+    """mypy --strict over src, handlers and devtools (pyproject's [tool.mypy])."""
     install(session, "typecheck")
     session.run("mypy")
 
@@ -70,16 +70,17 @@ def bench(session: nox.Session) -> None:
     """Benchmark: 200 claims at once (issue 13's burst, judged against the Go sidecars on a real
     server), 1,000 claims end to end, the RSS with 10,000 PVs, 1,000 attaches and detaches.
 
-    Arguments replace the default runs: `nox -s bench -- --claims 200 --class wffc`.
+    Arguments replace the default runs: `nox -s bench -- --claims 200 --class wffc`. The
+    benchmark and the chaos suite live in `devtools/`, not installed: nox runs them from here.
     """
     install(session)
     if session.posargs:
-        session.run("python", "-m", "kopf_csi.bench", *session.posargs)
+        session.run("python", "-m", "devtools.bench", *session.posargs)
         return
-    session.run("python", "-m", "kopf_csi.bench", "--claims", "200")
-    session.run("python", "-m", "kopf_csi.bench", "--claims", "1000")
-    session.run("python", "-m", "kopf_csi.bench", "--scale", "10000")
-    session.run("python", "-m", "kopf_csi.bench", "--attach", "1000")
+    session.run("python", "-m", "devtools.bench", "--claims", "200")
+    session.run("python", "-m", "devtools.bench", "--claims", "1000")
+    session.run("python", "-m", "devtools.bench", "--scale", "10000")
+    session.run("python", "-m", "devtools.bench", "--attach", "1000")
 
 
 # --- kind: the manifests on a real (local) cluster ----------------------------------------------
@@ -206,7 +207,7 @@ def chaos(session: nox.Session) -> None:
     """
     install(session)
     args = session.posargs or ["--claims", "500", "--attach", "500", "--seed", "1"]
-    session.run("python", "-m", "kopf_csi.chaos", *args)
+    session.run("python", "-m", "devtools.chaos", *args)
 
 
 @nox.session(python="3.11")
@@ -217,4 +218,4 @@ def soak(session: nox.Session) -> None:
     """
     install(session)
     args = session.posargs or ["--soak", "10000", "--wave", "500", "--svg", "docs/soak.svg"]
-    session.run("python", "-m", "kopf_csi.chaos", *args)
+    session.run("python", "-m", "devtools.chaos", *args)

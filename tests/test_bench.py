@@ -13,6 +13,8 @@ We test these aspects:
   detaches every one, and reports the same figures as a claims run;
 - issue 13's burst targets are computed from the phases' figures (every client's writes of
   both phases, CPU of both, the first PV after its own claim) against the Go sidecars'.
+- the operator's process starts from any working directory: `devtools` is not installed, and
+  the child is given the checkout on its PYTHONPATH.
 
 No figure is compared with a target here: a loaded CI machine would make that flaky.
 """
@@ -23,10 +25,10 @@ import io
 import math
 import pathlib
 
-from kopf_csi.bench import Options, run_attach, run_claims, run_scale
-from kopf_csi.bench.procfs import MiB
-from kopf_csi.bench.progress import Progress
-from kopf_csi.bench.report import (
+from devtools.bench import Options, run_attach, run_claims, run_scale
+from devtools.bench.procfs import MiB
+from devtools.bench.progress import Progress
+from devtools.bench.report import (
     burst_targets,
     format_attach,
     format_claims,
@@ -200,7 +202,7 @@ def test_a_socket_that_is_gone_belongs_to_nobody() -> None:
     import os
     import socket
 
-    from kopf_csi.bench.procfs import socket_owners
+    from devtools.bench.procfs import socket_owners
 
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
@@ -212,3 +214,29 @@ def test_a_socket_that_is_gone_belongs_to_nobody() -> None:
         client.close()
         accepted.close()
     assert socket_owners([(local, port)], pids) == {(local, port): "unknown"}
+
+
+def test_the_operator_process_starts_outside_the_checkout(tmp_path: pathlib.Path) -> None:
+    """`devtools` is not installed: the child finds it from any working directory nox uses."""
+    import os
+    import subprocess
+
+    from devtools.bench.process import CHECKOUT, OperatorProcess, child_environment
+
+    assert (CHECKOUT / "devtools" / "bench" / "operator.py").is_file()
+    process = OperatorProcess(
+        kubeconfig=tmp_path / "kubeconfig", csi_address="unix:///nowhere.sock", workers=1,
+        log_path=tmp_path / "operator.log",
+    )  # fmt: skip
+    environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [*process.argv[:3], "--help"], cwd=tmp_path, env=child_environment(environ),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "python -m devtools.bench.operator" in done.stdout
+    bare = subprocess.run(
+        [*process.argv[:3], "--help"], cwd=tmp_path, env=environ,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "No module named 'devtools'" in bare.stderr  # what the environment is there for

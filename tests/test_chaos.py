@@ -18,11 +18,11 @@ import pathlib
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from kopf_csi.bench.progress import Progress
-from kopf_csi.chaos import ChaosOptions, SoakOptions, run_chaos, run_soak
-from kopf_csi.chaos.checks import COUNTS, World, count
-from kopf_csi.chaos.plot import soak_svg
-from kopf_csi.chaos.report import format_chaos, format_soak
+from devtools.bench.progress import Progress
+from devtools.chaos import ChaosOptions, SoakOptions, run_chaos, run_soak
+from devtools.chaos.checks import COUNTS, World, count
+from devtools.chaos.plot import soak_svg
+from devtools.chaos.report import format_chaos, format_soak
 
 DRIVER = "hostpath.csi.kopf.dev"
 

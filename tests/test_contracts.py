@@ -5,8 +5,8 @@ We test these aspects:
 - a copy of the tree with one deliberately wrong import breaks the contract that forbids it, and
   the report names the contract and the import: a decision module that imports `kube` or
   `asyncio`, a shared module that imports a controller, a module that imports its importer
-  back, a controller that imports another, runtime code that imports the testing kit, a
-  third-party client imported outside its one place.
+  back, a controller that imports another, runtime code that imports the testing kit or a
+  development tool, a third-party client imported outside its one place.
 
 Each check runs lint-imports in a fresh interpreter, on the tree given by PYTHONPATH.
 """
@@ -32,8 +32,8 @@ CONTRACTS = {
 
 
 def lint_imports(tree: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    """lint-imports over `tree` (its src/ and handlers/, its pyproject.toml), not the installed
-    package: PYTHONPATH comes before the editable install's paths."""
+    """lint-imports over `tree` (its src/, handlers/ and devtools/, its pyproject.toml), not the
+    installed package: PYTHONPATH comes before the editable install's paths."""
     path = os.pathsep.join([str(tree / "src"), str(tree)])
     env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "500"}  # rich wraps at 80 otherwise
     return subprocess.run(
@@ -49,6 +49,7 @@ def tree(tmp_path: pathlib.Path) -> pathlib.Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(ROOT / "src", tmp_path / "src", ignore=ignore)
     shutil.copytree(ROOT / "handlers", tmp_path / "handlers", ignore=ignore)
+    shutil.copytree(ROOT / "devtools", tmp_path / "devtools", ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -96,6 +97,11 @@ def test_the_real_tree_keeps_every_contract() -> None:
             "kopf_csi/runtime.py", "import kopf_csi.testing.emulator", "scaffolding",
             "kopf_csi.runtime -> kopf_csi.testing.emulator",
             id="runtime code imports the testing kit",
+        ),
+        pytest.param(
+            "kopf_csi/queueing.py", "import devtools.bench.procfs", "scaffolding",
+            "kopf_csi.queueing -> devtools.bench.procfs",
+            id="runtime code imports a development tool",
         ),
         pytest.param(
             "kopf_csi/events.py", "import aiohttp", "aiohttp",

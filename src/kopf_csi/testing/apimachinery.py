@@ -3,7 +3,8 @@
 Named after k8s.io/apimachinery, where the real versions of these live. Everything here is
 synchronous and stateless, works on plain JSON-like dicts, and never mutates its inputs: the
 emulator shares unchanged sub-trees between the versions of an object, so an in-place edit
-here would silently rewrite history. Storage, watches and HTTP belong in ``emulator.py``.
+here would silently rewrite history. Storage, watches and HTTP belong to the emulator
+(``store.py``, ``watches.py``, ``serving.py``).
 
 Kept apart from the emulator only for size: these are self-contained algorithms (RFC 6902,
 RFC 7386, the strategic-merge subset, label/field selector grammar) with their own tests.

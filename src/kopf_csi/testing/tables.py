@@ -15,7 +15,7 @@ NAMESPACE column from there). The columns of each kind are one entry of ``COLUMN
   their own, which are not reproduced here.
 
 A watch asked as a Table (`kubectl get -w`) gets one Table per event, the column definitions in
-the first only (the emulator's `_table_events`).
+the first only (the emulator's `serving._table_events`).
 
 Pure: the emulator hands over the objects of a LIST or a GET and the list's metadata.
 """

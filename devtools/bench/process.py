@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import sys
 from typing import IO, Any
 
-from kopf_csi.bench import procfs
+from devtools.bench import procfs
 
 __all__ = ["OperatorProcess", "OperatorProcessError"]
+
+# The repository's root: `devtools` is not installed, so the child finds it on PYTHONPATH
+# whatever the working directory it is started from.
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def child_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for `python -m devtools.bench.operator`: the checkout first on its path."""
+    env = dict(os.environ if environ is None else environ)
+    path = [str(CHECKOUT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
 
 
 class OperatorProcessError(RuntimeError):
@@ -18,7 +31,7 @@ class OperatorProcessError(RuntimeError):
 
 
 class OperatorProcess:
-    """`python -m kopf_csi.bench.operator` as a child process, its log in a file."""
+    """`python -m devtools.bench.operator` as a child process, its log in a file."""
 
     def __init__(
         self,
@@ -33,7 +46,7 @@ class OperatorProcess:
         start_timeout: float = 60.0,
     ) -> None:
         self.argv = [
-            sys.executable, "-m", "kopf_csi.bench.operator",
+            sys.executable, "-m", "devtools.bench.operator",
             "--kubeconfig", str(kubeconfig), "--csi-address", csi_address,
             "--workers", str(workers), "--log-level", log_level,
         ]  # fmt: skip
@@ -61,6 +74,7 @@ class OperatorProcess:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=self._log,
+            env=child_environment(),
         )
         return self._process.pid
 
@@ -92,7 +106,7 @@ class OperatorProcess:
         return await asyncio.wait_for(self._read(), 120.0)
 
     async def waits(self, since: float, until: float) -> dict[str, Any]:
-        """Where claims waited inside the operator since `since` (`kopf_csi.bench.waits`)."""
+        """Where claims waited inside the operator since `since` (`devtools.bench.waits`)."""
         await self._send(f"waits {since} {until}")
         return await asyncio.wait_for(self._read(), 10.0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kopf_csi.chaos.checks import COUNTS
+from devtools.chaos.checks import COUNTS
 
 __all__ = ["format_chaos", "format_soak"]
 

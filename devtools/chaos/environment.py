@@ -1,7 +1,7 @@
 """The world a chaos or soak run happens in, and the hands that break it.
 
 One process hosts the emulated API (`ChaosCluster`), the KCM stand-in and the reference driver
-(with its call log); the operator runs in a child process (`python -m kopf_csi.bench.operator`,
+(with its call log); the operator runs in a child process (`python -m devtools.bench.operator`,
 as the benchmark runs it) so that it can be killed for real: SIGKILL, no clean-up, its in-flight
 journal left as it was, then a new process. Each incarnation logs to its own file, so that
 every line any of them wrote can be searched afterwards.
@@ -30,14 +30,14 @@ from typing import Any
 
 import aiohttp.web
 
-from kopf_csi.bench import procfs
-from kopf_csi.bench.process import OperatorProcess, OperatorProcessError
-from kopf_csi.bench.progress import Progress
-from kopf_csi.chaos import checks
-from kopf_csi.chaos.observing import ChaosCluster, Duplicates
+from devtools.bench import procfs
+from devtools.bench.process import OperatorProcess, OperatorProcessError
+from devtools.bench.progress import Progress
+from devtools.chaos import checks
+from devtools.chaos.observing import ChaosCluster, Duplicates
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import CallLog, Driver, FaultRule
-from kopf_csi.testing import emulator
+from kopf_csi.testing import serving
 from kopf_csi.testing.kcm import ControllerManager
 
 __all__ = ["Chaos", "ChaosError", "Env", "KillableOperator", "LossyCluster"]
@@ -67,10 +67,10 @@ class LossyCluster(ChaosCluster):
         self.served: collections.Counter[str] = collections.Counter()
 
     async def _on_request(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        target = emulator._parse_path(request.path)
+        target = serving.parse_path(request.path)
         if target is None:
             return await super()._on_request(request)
-        verb = emulator._verb(request.method, target, request.query) or ""
+        verb = serving.request_verb(request.method, target, request.query) or ""
         rng = self.random
         if self.error_rate and rng.random() < self.error_rate:
             if verb in ("patch", "update") and rng.random() < 0.5:

@@ -2,7 +2,7 @@
 
 `Waits.install` runs on the operator's event loop once it is ready, and measures:
 
-- the event loop's lag (`kopf_csi.bench.looplag.LagProbe`, every 10 ms);
+- the event loop's lag (`devtools.bench.looplag.LagProbe`, every 10 ms);
 - the shared API client's connection pool, through aiohttp's request tracing: waits for a free
   connection (the pool's limit), new connections (TCP and the TLS handshake), and all the time
   spent in requests;
@@ -26,8 +26,8 @@ from typing import Any
 
 import aiohttp
 
+from devtools.bench.looplag import LagProbe
 from kopf_csi import names
-from kopf_csi.bench.looplag import LagProbe
 
 __all__ = ["Waits"]
 

@@ -1,4 +1,4 @@
-"""`python -m kopf_csi.bench.operator`: the operator alone in a process, for the benchmark.
+"""`python -m devtools.bench.operator`: the operator alone in a process, for the benchmark.
 
 The benchmark reads this process's CPU time and memory from /proc, so nothing else runs in it:
 the emulated cluster, the KCM stand-in and the driver stay in the benchmark's process. It runs
@@ -10,7 +10,7 @@ otherwise), and talks to its parent over stdin and stdout, one JSON line each wa
 - ``stats`` on stdin: it prints the cache sizes and the work queues' state;
 - ``gc``: a full garbage collection, and how many objects it freed and tracks;
 - ``memory`` (with ``--tracemalloc``): the top allocation sites of live memory;
-- ``waits SINCE UNTIL`` (perf_counter seconds): where claims waited (`kopf_csi.bench.waits`),
+- ``waits SINCE UNTIL`` (perf_counter seconds): where claims waited (`devtools.bench.waits`),
   the event loop's lag among them, and its worst lag per 100 ms between the two moments;
 - ``stop``, or the end of stdin (the parent is gone): it stops kopf and exits.
 
@@ -35,8 +35,8 @@ import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
+from devtools.bench.waits import Waits
 from kopf_csi import logs
-from kopf_csi.bench.waits import Waits
 from kopf_csi.queueing import WorkQueue
 from kopf_csi.settings import CSISettings, KubeSettings, Settings, WorkerSettings
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
@@ -183,7 +183,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kopf_csi.bench.operator", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.bench.operator", description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--csi-address", required=True)
     parser.add_argument("--csi-timeout", type=float, default=10.0)

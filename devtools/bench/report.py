@@ -11,8 +11,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kopf_csi.bench.cluster import READS, WRITES
-from kopf_csi.bench.procfs import MiB
+from devtools.bench.cluster import READS, WRITES
+from devtools.bench.procfs import MiB
 from kopf_csi.testing.emulator import TEST_MANAGER
 from kopf_csi.testing.kcm import ControllerManager
 

@@ -37,11 +37,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from devtools.bench.procfs import MiB
+from devtools.bench.progress import Progress
+from devtools.chaos.environment import Chaos, ChaosError, Env, LossyCluster
+from devtools.chaos.observing import Duplicates
 from kopf_csi import names
-from kopf_csi.bench.procfs import MiB
-from kopf_csi.bench.progress import Progress
-from kopf_csi.chaos.environment import Chaos, ChaosError, Env, LossyCluster
-from kopf_csi.chaos.observing import Duplicates
 from kopf_csi.driver import CallLog, DriverConfig, Features, Limits, SecretsPolicy
 from kopf_csi.driver.config import DEFAULT_NAME
 from kopf_csi.driver.running import Driver

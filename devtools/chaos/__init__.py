@@ -1,4 +1,4 @@
-"""The chaos and soak suites: `python -m kopf_csi.chaos` (or `nox -s chaos`, `nox -s soak`).
+"""The chaos and soak suites: `python -m devtools.chaos` (or `nox -s chaos`, `nox -s soak`).
 
 Chaos: provision claims and attach volumes while the operator is SIGKILLed and restarted, the
 driver restarts and fails or slows calls, and the API answers with conflicts, 5xx and lost
@@ -12,7 +12,7 @@ Modules: `running` (the scenarios), `environment` (the world and the chaos), `ob
 `plot` (the soak curve as SVG). Secret values are searched for with `kopf_csi.testing.secrets`.
 """
 
-from kopf_csi.chaos.environment import ChaosError
-from kopf_csi.chaos.running import ChaosOptions, SoakOptions, run_chaos, run_soak
+from devtools.chaos.environment import ChaosError
+from devtools.chaos.running import ChaosOptions, SoakOptions, run_chaos, run_soak
 
 __all__ = ["ChaosError", "ChaosOptions", "SoakOptions", "run_chaos", "run_soak"]

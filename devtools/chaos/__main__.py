@@ -1,4 +1,4 @@
-"""`python -m kopf_csi.chaos --claims 500 --attach 500 --seed N`, or `--soak 10000 --wave 500`.
+"""`python -m devtools.chaos --claims 500 --attach 500 --seed N`, or `--soak 10000 --wave 500`.
 
 Prints the summary table on stdout (progress on stderr); exits 1 when any count is not 0, a
 secret value was found in the output, or (soak) the curve is not flat.
@@ -13,16 +13,16 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+from devtools.bench.progress import Progress
+from devtools.chaos.environment import ChaosError
+from devtools.chaos.plot import soak_svg
+from devtools.chaos.report import format_chaos, format_soak
+from devtools.chaos.running import ChaosOptions, SoakOptions, run_chaos, run_soak
 from kopf_csi import logs
-from kopf_csi.bench.progress import Progress
-from kopf_csi.chaos.environment import ChaosError
-from kopf_csi.chaos.plot import soak_svg
-from kopf_csi.chaos.report import format_chaos, format_soak
-from kopf_csi.chaos.running import ChaosOptions, SoakOptions, run_chaos, run_soak
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kopf_csi.chaos", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.chaos", description=__doc__)
     parser.add_argument("--claims", type=int, default=500, help="claims to provision")
     parser.add_argument("--attach", type=int, default=500, help="of which attached to nodes")
     parser.add_argument("--seed", type=int, default=1)

@@ -28,8 +28,8 @@ from typing import Any
 
 import aiohttp.web
 
-from kopf_csi.bench import procfs
-from kopf_csi.testing import emulator
+from devtools.bench import procfs
+from kopf_csi.testing import serving
 from kopf_csi.testing.emulator import Body, EmulatedCluster, Kind
 
 __all__ = ["READS", "WRITES", "MeasuredCluster", "RequestKey", "Timeline"]
@@ -170,12 +170,12 @@ class MeasuredCluster(EmulatedCluster):
         )
 
     async def _on_request(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        target = emulator._parse_path(request.path)
+        target = serving.parse_path(request.path)
         if target is None:
             verb, plural = "discovery", request.path
         else:
             plural = target.plural + (f"/{target.subresource}" if target.subresource else "")
-            verb = emulator._verb(request.method, target, request.query) or request.method
+            verb = serving.request_verb(request.method, target, request.query) or request.method
         connection = self._connection(request)
         self._requests[(connection, verb, plural)] += 1
         response = await super()._on_request(request)

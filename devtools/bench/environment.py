@@ -1,0 +1,331 @@
+"""The benchmark's world: its options, and the environment each mode runs in (the emulated API
+measured, the KCM stand-in, the reference driver, the operator in its child process), with what
+every mode reports about it (the run's configuration, the other clients' requests).
+
+Part of the benchmark (`devtools.bench.running` runs the modes: `claims`, `scale`, `attach`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import datetime
+import functools
+import gc
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from devtools.bench import procfs
+from devtools.bench.cluster import MeasuredCluster, Timeline
+from devtools.bench.looplag import LagProbe
+from devtools.bench.process import OperatorProcess
+from devtools.bench.progress import Progress
+from kopf_csi.driver import DriverConfig, Features, running_driver
+from kopf_csi.driver.calllog import CallLog, CallRecord
+from kopf_csi.driver.config import DEFAULT_NAME, DEFAULT_TOPOLOGY_KEY, Limits
+from kopf_csi.testing.kcm import ControllerManager
+from kopf_csi.testing.latency import REAL_SERVER, LatencyModel
+
+__all__ = [
+    "CHUNK", "CLASSES", "DRIVER", "KCM_RESYNC_PERIOD", "LATENCY_MODELS", "NAMESPACE", "NODE",
+    "BenchError", "Body", "Env", "Options", "open_environment", "other_clients", "run_config",
+    "wait_until",
+]  # fmt: skip
+
+NODE = "node-1"
+DRIVER = DEFAULT_NAME
+NAMESPACE = "default"
+CLASSES = {"immediate": "kopf-csi-immediate", "wffc": "kopf-csi-wffc"}
+CHUNK = 50  # objects created or deleted between two yields to the event loop
+KCM_RESYNC_PERIOD = 15.0  # seconds: KCM's --pvclaimbinder-sync-period default
+QUIET = 0.5  # seconds without an operator request, its queues empty: the operator is done
+IDLE_CPU = 0.03  # at most this much operator CPU (s) in the last second: it is idle
+Body = dict[str, Any]
+LATENCY_MODELS: dict[str, LatencyModel | None] = {"real": REAL_SERVER, "none": None}
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not finish (a timeout, a crashed operator)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    claims: int = 1000
+    storage_class: str = "immediate"
+    workers: int = 100
+    scale: int | None = None
+    """Scale mode: this many bound PV/PVC pairs, instead of the claims run."""
+    attach: int | None = None
+    """Attach mode: attach and detach this many VolumeAttachments, instead of the claims run."""
+    workdir: pathlib.Path | None = None
+    """Kept after the run (driver data, kubeconfig, operator.log); a temporary one otherwise."""
+    timeout: float | None = None
+    """Seconds allowed per phase; default max(120, claims / 5)."""
+    idle_wait: float = 6.0
+    """Scale mode: seconds to wait after settling (kopf's idle workers exit after 5 s)."""
+    profile: pathlib.Path | None = None
+    """cProfile the operator process into this file."""
+    tracemalloc: int = 0
+    """Scale mode: trace the operator's allocations (frames kept) and report the top sites."""
+    log_level: str = "INFO"
+    """The operator's log level: `kopf-csi run`'s default, as deployed."""
+    write_latency: float = 0.0
+    """Seconds each of the operator's writes waits before the emulated API applies it (only
+    with `latency="none"`: a uniform model)."""
+    tls: bool = True
+    """The emulated API over HTTPS, as a real server and every real client (the operator pays
+    for TLS)."""
+    latency: str = "real"
+    """The emulated API's request durations (`LATENCY_MODELS`): `real`, the real server's under
+    a 200-claim burst (`kopf_csi.testing.latency.REAL_SERVER`), or `none` (microseconds)."""
+
+
+def _seed_objects() -> list[tuple[str, Body]]:
+    """StorageClasses, the CSIDriver, and what kubelet and the node registrar would register."""
+    classes = [
+        {
+            "metadata": {"name": name},
+            "provisioner": DRIVER,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": mode,
+        }
+        for name, mode in (
+            (CLASSES["immediate"], "Immediate"),
+            (CLASSES["wffc"], "WaitForFirstConsumer"),
+        )
+    ]
+    labels = {"kubernetes.io/hostname": NODE, DEFAULT_TOPOLOGY_KEY: NODE}
+    return [
+        *(("storageclasses", body) for body in classes),
+        ("csidrivers", {"metadata": {"name": DRIVER}, "spec": {"attachRequired": True}}),
+        ("nodes", {"metadata": {"name": NODE, "labels": labels}}),
+        (
+            "csinodes",
+            {
+                "metadata": {"name": NODE},
+                "spec": {
+                    "drivers": [
+                        {"name": DRIVER, "nodeID": NODE, "topologyKeys": [DEFAULT_TOPOLOGY_KEY]}
+                    ]
+                },
+            },
+        ),
+    ]
+
+
+@dataclasses.dataclass
+class Env:
+    cluster: MeasuredCluster
+    kcm: ControllerManager
+    driver: Any
+    operator: OperatorProcess
+    progress: Progress
+    timeout: float
+    socket_path: pathlib.Path | None = None
+    threads_peak: int = 0
+    spawned_at: float = 0.0
+    lag: LagProbe = dataclasses.field(default_factory=LagProbe)
+    """The benchmark process's own loop (the emulated API, the KCM stand-in, the driver)."""
+    bench_cpu_before: float = 0.0
+    errors_before: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    modules: list[str] = dataclasses.field(default_factory=list)
+
+    def sample(self) -> procfs.Sample:
+        sample = self.operator.sample()
+        self.threads_peak = max(self.threads_peak, sample.threads)
+        return sample
+
+    def operator_requests(self) -> int:
+        return sum(self.cluster.counts().values())
+
+    async def start_operator(self) -> dict[str, Any]:
+        """Start the operator; return once its watches run and it is idle (see `settle`)."""
+        self.spawned_at = time.perf_counter()
+        pid = await self.operator.spawn()
+        self.cluster.watch_client("operator", pid)
+        ready = await self.operator.wait_ready()
+        self.modules = list(ready.get("modules", []))
+        counts = self.cluster.counts
+        await wait_until(
+            lambda: (
+                counts()[("watch", "persistentvolumeclaims")] > 0
+                and counts()[("watch", "persistentvolumes")] > 0
+            ),
+            self.timeout,
+            "the operator's watches on claims and volumes",
+        )
+        stats = await self.settle()
+        return stats
+
+    async def settle(self) -> dict[str, Any]:
+        """Wait until the operator is done with everything it has seen.
+
+        That is: its work queues are empty, it has made no API request for QUIET seconds, and
+        it has used at most IDLE_CPU seconds of CPU in the last second (so it has also been
+        through every watch event, including those that lead to no work).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        last_total, last_change = self.operator_requests(), loop.time()
+        cpu_samples: collections.deque[tuple[float, float]] = collections.deque()
+        while True:
+            now, cpu = loop.time(), self.sample().cpu
+            cpu_samples.append((now, cpu))
+            while len(cpu_samples) > 1 and cpu_samples[1][0] <= now - 1.0:
+                cpu_samples.popleft()
+            oldest_time, oldest_cpu = cpu_samples[0]
+            cpu_idle = oldest_time <= now - 1.0 and cpu - oldest_cpu <= IDLE_CPU
+            stats = await self.operator.stats()
+            if not stats.get("alive", False):
+                raise BenchError(f"the operator stopped\n{self.operator.log_tail()}")
+            total = self.operator_requests()
+            if total != last_total:
+                last_total, last_change = total, loop.time()
+            queues = stats.get("queues", {})
+            idle = bool(queues) and not any(
+                q["depth"] or q["in_flight"] or q["pending_delayed"] for q in queues.values()
+            )
+            if idle and cpu_idle and loop.time() - last_change >= QUIET:
+                return stats
+            if loop.time() > deadline:
+                raise BenchError(
+                    f"the operator did not settle in {self.timeout:g}s: {stats}\n"
+                    f"{self.operator.log_tail()}"
+                )
+            await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def open_environment(
+    options: Options, progress: Progress, timeout: float
+) -> AsyncIterator[Env]:
+    temporary = options.workdir is None
+    workdir = (
+        pathlib.Path(tempfile.mkdtemp(prefix="kopf-csi-bench-"))
+        if options.workdir is None
+        else options.workdir.resolve()
+    )
+    if not temporary:
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+    socket_path = workdir / "csi.sock"
+    config = DriverConfig(
+        node_id=NODE,
+        data_dir=workdir / "driver",
+        known_nodes=None,
+        features=Features(attach=True),
+        limits=Limits(total_capacity=2**50),  # 1 PiB: never the limit here
+        durable=False,
+    )
+    failed = True
+    if options.latency not in LATENCY_MODELS:
+        raise BenchError(f"unknown latency model {options.latency!r}: {sorted(LATENCY_MODELS)}")
+    calls = CallLog()
+    try:
+        async with (
+            MeasuredCluster(
+                write_latency=options.write_latency,
+                tls=options.tls,
+                latency=LATENCY_MODELS[options.latency],
+            ) as cluster,  # fmt: skip
+            # KCM is its own process on a real cluster: it never holds the API server up for a
+            # whole pass, so here it lets the emulated API serve others after each object. Its
+            # resync (15 s, at a moment unrelated to the run) is left out: the writes per phase
+            # stay exact, and the PATCHes a resync adds are reported as their expectation.
+            ControllerManager(cluster, yield_every=1, resync_period=None) as kcm,
+            running_driver(config, socket_path=socket_path, grace=1.0, calls=calls) as driver,
+        ):
+            calls.subscribe(functools.partial(_created_on_driver, cluster.timeline))
+            for plural, body in _seed_objects():
+                cluster.create(plural, body)
+            kubeconfig = cluster.write_kubeconfig(workdir / "kubeconfig")
+            operator = OperatorProcess(
+                kubeconfig=kubeconfig,
+                csi_address=f"unix://{socket_path}",
+                workers=options.workers,
+                log_path=workdir / "operator.log",
+                profile=options.profile.resolve() if options.profile else None,
+                tracemalloc=options.tracemalloc,
+                log_level=options.log_level,
+            )
+            env = Env(cluster, kcm, driver, operator, progress, timeout, socket_path)
+            env.lag.start()
+            try:
+                yield env
+            finally:
+                code = await operator.stop()
+                if code and sys.exc_info()[0] is None:
+                    raise BenchError(f"the operator exited with {code}\n{operator.log_tail()}")
+        failed = False
+    finally:
+        gc.unfreeze()  # what `heap.freeze_startup` froze (a test's process goes on)
+        if temporary and not failed:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif failed:
+            progress.note(f"kept {workdir} (operator.log has the operator's log)")
+
+
+def _created_on_driver(timeline: Timeline, record: CallRecord) -> None:
+    """CreateVolume made a volume: the claim's step, by its uid (in the name `pvc-<uid>`)."""
+    if record.method == "CreateVolume" and record.name.startswith("pvc-"):
+        timeline.create_volume.setdefault(record.name[len("pvc-") :], time.perf_counter())
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise BenchError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def _revision() -> str | None:
+    """`git describe --always --dirty` of the code measured, if it is a git checkout."""
+    try:
+        result = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=pathlib.Path(__file__).resolve().parent,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def run_config(options: Options, env: Env, **extra: Any) -> dict[str, Any]:
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "revision": _revision(),
+        "operator_modules": env.modules,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "workers": options.workers,
+        "driver_durable": False,
+        "write_latency": options.write_latency,
+        "tls": options.tls,
+        "latency": options.latency,
+        **extra,
+    }
+
+
+def other_clients(cluster: MeasuredCluster) -> dict[str, int]:
+    return {
+        f"{client} {verb} {resource}": n
+        for (client, verb, resource), n in sorted(cluster.request_counts.items())
+        if client != "operator"
+    }

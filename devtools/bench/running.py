@@ -1,0 +1,156 @@
+"""Run the benchmark: claims through the whole provisioner, or the operator's memory at scale.
+
+Two processes. This one hosts the emulated API (`MeasuredCluster`), the KCM stand-in and the
+reference driver (`durable=False`: no fsync per state record); the operator runs alone in a
+child process (`devtools.bench.operator`), so its CPU time and memory read from /proc are its
+own. The benchmark creates and deletes objects through the emulator's Python-level API, which
+makes no HTTP request: every request the API serves is the operator's, and the emulator checks
+that per connection.
+
+Claims mode (the default): create N claims in one burst (a yield to the loop every 50), wait
+until all are Bound and the operator is idle, then delete them all and wait until every PV is
+gone and the operator is idle again. Each phase reports claims/s, latencies from the commit
+times of the objects, the operator's CPU and its API requests by verb, per volume.
+
+Scale mode (`--scale N`): create N bound PV/PVC pairs directly (what the operator would have
+provisioned earlier), then start the operator, wait until it has listed them and gone idle (its
+queues empty, no request and almost no CPU for a while), and read its memory; again after
+`--idle-wait` seconds, when kopf's per-object workers have exited.
+
+Attach mode (`--attach N`): create N volumes on the driver (CreateVolume over its socket) and
+their PVs, spread over ATTACH_NODES nodes with CSINodes, then start the operator and let it
+settle. Then create N VolumeAttachments in one burst and wait until all are attached and the
+operator is idle; then delete them all and wait until every one is gone (detached) and the
+operator is idle again. Each phase reports VAs/s, latencies, CPU and requests per VA.
+
+The modes live in `claims`, `scale` and `attach`; the environment they share in `environment`,
+a measured phase in `phases`, the figures and their report in `report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+import pstats
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from devtools.bench import report
+from devtools.bench.attach import run_attach
+from devtools.bench.claims import run_claims
+from devtools.bench.environment import CLASSES, LATENCY_MODELS, BenchError, Options
+from devtools.bench.process import OperatorProcessError
+from devtools.bench.progress import Progress
+from devtools.bench.scale import run_scale
+from kopf_csi import logs
+
+__all__ = ["BenchError", "Options", "main", "run", "run_attach", "run_claims", "run_scale"]
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+async def run(options: Options, progress: Progress | None = None) -> dict[str, Any]:
+    progress = progress or Progress()
+    try:
+        if options.scale:
+            return await run_scale(options, progress)
+        if options.attach:
+            return await run_attach(options, progress)
+        return await run_claims(options, progress)
+    except OperatorProcessError as exc:
+        raise BenchError(str(exc)) from exc
+
+
+def _print_profile(path: pathlib.Path, limit: int = 30) -> None:
+    stats = pstats.Stats(str(path), stream=sys.stderr)
+    print(f"\noperator profile ({path}), top {limit} by own time:", file=sys.stderr)
+    stats.sort_stats("tottime").print_stats(limit)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--claims", type=int, default=1000, help="claims to provision and delete")
+    parser.add_argument(
+        "--class", dest="storage_class", choices=sorted(CLASSES), default="immediate"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=100, help="the operator's provisioner workers"
+    )
+    parser.add_argument(
+        "--scale", type=int, default=None, metavar="N",
+        help="instead: the operator's RSS with N bound PV/PVC pairs present",
+    )  # fmt: skip
+    parser.add_argument(
+        "--attach", type=int, default=None, metavar="N",
+        help="instead: attach and detach N VolumeAttachments (over 10 nodes)",
+    )  # fmt: skip
+    parser.add_argument("--idle-wait", type=float, default=6.0, help="scale mode: idle seconds")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds allowed per phase")
+    parser.add_argument("--dir", type=pathlib.Path, default=None, help="working directory (kept)")
+    parser.add_argument("--json", type=pathlib.Path, default=None, help="write the report here")
+    parser.add_argument(
+        "--profile", type=pathlib.Path, default=None,
+        help="cProfile the operator process into this file",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tracemalloc", type=int, default=0, metavar="FRAMES",
+        help="scale mode: trace the operator's allocations (distorts RSS)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the operator's log level (INFO, as `kopf-csi run` by default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--write-latency", type=float, default=0.0, metavar="SECONDS",
+        help="each HTTP write waits this long, as for a real server's etcd (e.g. 0.002)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls", action=argparse.BooleanOptionalAction, default=True,
+        help="the emulated API over HTTPS, as every real client talks (default: on)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--latency", choices=sorted(LATENCY_MODELS), default="real",
+        help="the emulated API's request durations: the real server's under a burst (real, "
+        "the default), or none (microseconds)",
+    )  # fmt: skip
+    parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    args = parser.parse_args(argv)
+    logs.configure(level="WARNING", json=False)
+    options = Options(
+        claims=args.claims,
+        storage_class=args.storage_class,
+        workers=args.workers,
+        scale=args.scale,
+        attach=args.attach,
+        workdir=args.dir,
+        timeout=args.timeout,
+        idle_wait=args.idle_wait,
+        profile=args.profile,
+        tracemalloc=args.tracemalloc,
+        log_level=args.log_level,
+        write_latency=args.write_latency,
+        tls=args.tls,
+        latency="none" if args.write_latency else args.latency,
+    )
+    try:
+        result = asyncio.run(run(options, Progress(enabled=not args.no_progress)))
+    except BenchError as exc:
+        print(f"benchmark failed: {exc}", file=sys.stderr)
+        sys.exit(1)
+    formatters = {
+        "scale": report.format_scale,
+        "attach": report.format_attach,
+        "claims": report.format_claims,
+    }
+    print(formatters[result["mode"]](result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.profile:
+        _print_profile(args.profile)
