@@ -109,9 +109,10 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
     detail), served by the HTTP health endpoint)."""
     memo.stoppers = []
     memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
-    # As many connections as the provisioner's workers use in a burst, opened now and not
-    # during the burst: 100 handshakes at once made each request wait 50-300 ms for its own.
-    warming = asyncio.create_task(api.warm(config.workers.provisioner), name="api-warm")
+    # Connections for a burst's first requests, opened now and not during the burst: 100
+    # handshakes at once made each request wait 50-300 ms for its own (kube.WARM_CONNECTIONS).
+    connections = min(config.workers.provisioner, kube.WARM_CONNECTIONS)
+    warming = asyncio.create_task(api.warm(connections), name="api-warm")
     memo.stoppers.append(_cancel(warming))
     if getattr(memo, "health_checks", None) is None:
         memo.health_checks = {}
