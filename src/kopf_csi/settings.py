@@ -85,10 +85,12 @@ class KubeSettings:
     """The operator's own namespace: where its Leases and its in-flight journal are."""
 
     qps: float = 100.0
-    """`--kube-api-qps`: Kubernetes API requests per second, on average."""
+    """`--kube-api-qps`: Kubernetes API requests per second, on average. Accepted and checked
+    for compatibility, but not applied yet: kopf-csi does not throttle its API requests."""
 
     burst: int = 200
-    """`--kube-api-burst`: Kubernetes API requests allowed at once above the QPS."""
+    """`--kube-api-burst`: Kubernetes API requests allowed at once above the QPS (accepted,
+    not applied yet, as `--kube-api-qps`)."""
 
     cache_resync: float = 600.0
     """How often the cached kinds are listed again, to drop objects whose deletion no watch
