@@ -23,7 +23,7 @@ from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls
 
 from ..conftest import DRIVER_NAME
-from ..provisioner.conftest import assert_stays, wait_until
+from ..provisioner.conftest import assert_stays, make_storage_class, wait_until
 from .conftest import (
     bound_claim,
     conditions_of,
@@ -130,4 +130,26 @@ async def test_the_trivial_resizer_leaves_the_work_to_the_node(
     assert status_of(cluster)["capacity"]["storage"] == "1Mi"
     assert names.CONDITION_FS_RESIZE_PENDING in conditions_of(cluster)
     await wait_until(lambda: messages(cluster, claim, "FileSystemResizeRequired"))
+    assert calls.count("ControllerExpandVolume") == 0
+
+
+async def test_a_missing_expand_secret_is_named_with_the_servers_text(
+    cluster: EmulatedCluster, operator: OperatorThread, calls: Calls
+) -> None:
+    """The class names a controller-expand secret that does not exist: VolumeResizeFailed
+    carries Go's text around the API server's own not-found message, and no RPC is made."""
+    await make_storage_class(
+        cluster, operator, "sc",
+        parameters={
+            names.PARAM_CONTROLLER_EXPAND_SECRET_NAME: "expand-creds",
+            names.PARAM_CONTROLLER_EXPAND_SECRET_NAMESPACE: "${pvc.namespace}",
+        },
+    )  # fmt: skip
+    claim, _ = await bound_claim(cluster, operator)
+    grow(cluster, "data", "2Mi")
+    found = await wait_until(lambda: messages(cluster, claim, names.REASON_VOLUME_RESIZE_FAILED))
+    assert found[0].endswith(
+        ' failed: error getting secret expand-creds in namespace default: secrets "expand-creds"'
+        " not found"
+    )
     assert calls.count("ControllerExpandVolume") == 0

@@ -180,11 +180,10 @@ class Modifier:
         namespace = annotations.get(names.ANN_MODIFY_SECRET_NAMESPACE)
         if not name or not namespace:
             return {}
-        secret = await self.api.get(kube.SECRETS, name, namespace)
-        if secret is None:
-            raise CSIError(
-                f'secrets "{name}" not found', method="ControllerModifyVolume", code=Code.UNKNOWN
-            )
+        try:
+            secret = await self.api.read(kube.SECRETS, name, namespace)
+        except kube.NotFoundError as exc:  # the server's own text
+            raise CSIError(exc.message, method="ControllerModifyVolume", code=Code.UNKNOWN) from exc
         data = secret.get("data") or {}
         return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
 

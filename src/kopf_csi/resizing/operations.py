@@ -268,18 +268,13 @@ class Resizer:
             return {}
         name, namespace = str(ref.get("name") or ""), str(ref.get("namespace") or "")
         try:
-            secret = await self.api.get(kube.SECRETS, name, namespace)
-        except kube.KubeError as exc:
-            error = exc.message
-            secret = None
-        else:
-            error = f'secrets "{name}" not found'
-        if secret is None:
+            secret = await self.api.read(kube.SECRETS, name, namespace)
+        except kube.KubeError as exc:  # a missing one included: the server's own text
             raise ResizeError(
                 names.MESSAGE_RESIZE_SECRET_FAILED.format(
-                    name=name, namespace=namespace, error=error
+                    name=name, namespace=namespace, error=exc.message
                 )
-            )
+            ) from exc
         data = secret.get("data") or {}
         return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
 
