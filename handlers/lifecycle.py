@@ -108,7 +108,9 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
     coroutines, run before the clients close) and `memo.health_checks` (name → () -> (ok,
     detail), served by the HTTP health endpoint)."""
     memo.stoppers = []
-    memo.api = api = await kube.KubeClient.connect(config.kube.kubeconfig)
+    memo.api = api = await kube.KubeClient.connect(
+        config.kube.kubeconfig, qps=config.kube.qps, burst=config.kube.burst
+    )
     # Connections for a burst's first requests, opened now and not during the burst: 100
     # handshakes at once made each request wait 50-300 ms for its own (kube.WARM_CONNECTIONS).
     connections = min(config.workers.provisioner, kube.WARM_CONNECTIONS)

@@ -87,7 +87,10 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
     assert waits["journal"]["commits"] >= 1
     assert waits["create_volume"]["count"] >= 20
     assert waits["api_requests"]["count"] >= 60  # 20 PVs, 40 events at least
-    assert waits["qps_limiter"] is None
+    limiter = waits["qps_limiter"]  # one bucket per role, at the real comparison's 1000/2000
+    assert limiter["csi-provisioner"]["requests"] >= 60
+    assert {bucket["qps"] for bucket in limiter.values()} == {1000.0}
+    assert report["config"]["kube_api_qps"] == 1000.0
     assert len(waits["gc_pauses"]) == 3
     assert provision["bench_loop_lag"]["samples"] > 0
     assert report["config"]["tls"]

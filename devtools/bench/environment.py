@@ -85,6 +85,11 @@ class Options:
     tls: bool = True
     """The emulated API over HTTPS, as a real server and every real client (the operator pays
     for TLS)."""
+    kube_api_qps: float = 1000.0
+    """The operator's `--kube-api-qps`: 1000 per role, as in the real server's comparison with
+    the Go sidecars (real-apiserver.md, "Burst latency"; kopf-csi's default is 100)."""
+    kube_api_burst: int = 2000
+    """The operator's `--kube-api-burst`: 2000, as in that comparison (default 200)."""
     latency: str = "real"
     """The emulated API's request durations (`LATENCY_MODELS`): `real`, the real server's under
     a 200-claim burst (`kopf_csi.testing.latency.REAL_SERVER`), or `none` (microseconds)."""
@@ -253,6 +258,8 @@ async def open_environment(
                 kubeconfig=kubeconfig,
                 csi_address=f"unix://{socket_path}",
                 workers=options.workers,
+                qps=options.kube_api_qps,
+                burst=options.kube_api_burst,
                 log_path=workdir / "operator.log",
                 profile=options.profile.resolve() if options.profile else None,
                 tracemalloc=options.tracemalloc,
@@ -315,6 +322,8 @@ def run_config(options: Options, env: Env, **extra: Any) -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "workers": options.workers,
+        "kube_api_qps": options.kube_api_qps,
+        "kube_api_burst": options.kube_api_burst,
         "driver_durable": False,
         "write_latency": options.write_latency,
         "tls": options.tls,

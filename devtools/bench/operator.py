@@ -139,7 +139,11 @@ async def _on_loop(function: Any) -> None:
 async def _serve(args: argparse.Namespace) -> int:
     settings = Settings(
         csi=CSISettings(address=args.csi_address, timeout=args.csi_timeout),
-        kube=KubeSettings(kubeconfig=pathlib.Path(args.kubeconfig)),
+        kube=KubeSettings(
+            kubeconfig=pathlib.Path(args.kubeconfig),
+            qps=args.kube_api_qps,
+            burst=args.kube_api_burst,
+        ),
         workers=WorkerSettings(provisioner=args.workers),
     )
     chosen = os.environ.get(MODULES_ENV, "")  # experiments: which modules cost what
@@ -189,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--csi-timeout", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=WorkerSettings.provisioner)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--kube-api-qps", type=float, default=KubeSettings.qps)
+    parser.add_argument("--kube-api-burst", type=int, default=KubeSettings.burst)
     parser.add_argument("--profile", default=os.environ.get(PROFILE_ENV) or None)
     parser.add_argument(
         "--tracemalloc", type=int, default=0, metavar="FRAMES",

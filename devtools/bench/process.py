@@ -40,6 +40,8 @@ class OperatorProcess:
         csi_address: str,
         workers: int,
         log_path: pathlib.Path,
+        qps: float = 1000.0,
+        burst: int = 2000,
         profile: pathlib.Path | None = None,
         tracemalloc: int = 0,
         log_level: str = "INFO",
@@ -49,6 +51,7 @@ class OperatorProcess:
             sys.executable, "-m", "devtools.bench.operator",
             "--kubeconfig", str(kubeconfig), "--csi-address", csi_address,
             "--workers", str(workers), "--log-level", log_level,
+            "--kube-api-qps", str(qps), "--kube-api-burst", str(burst),
         ]  # fmt: skip
         if profile is not None:
             self.argv += ["--profile", str(profile)]

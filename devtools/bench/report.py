@@ -297,7 +297,8 @@ def format_claims(report: Mapping[str, Any]) -> str:
     ]
     lines = [
         f"kopf-csi benchmark: {config['claims']} claims, class {config['storage_class']}, "
-        f"{config['workers']} workers, driver durable={config['driver_durable']}, "
+        f"{config['workers']} workers, QPS {config.get('kube_api_qps', 'off')} / burst "
+        f"{config.get('kube_api_burst', 'off')}, driver durable={config['driver_durable']}, "
         f"latency model {config.get('latency', 'none')}, "
         f"write latency {config.get('write_latency', 0) * 1000:g} ms"
         f"{', TLS' if config.get('tls') else ''}",
@@ -323,6 +324,18 @@ def format_claims(report: Mapping[str, Any]) -> str:
         f"  and: {GO_REAL}",
     ]
     return "\n".join(lines)
+
+
+def _limiter(buckets: dict[str, Any] | None) -> str:
+    if not buckets:
+        return "off"
+    parts = [
+        f"{manager} {b['requests']} requests, {b['delayed']} waited "
+        f"{b['waited_seconds']:.3f} s (max {b['max_wait_ms']:g} ms)"
+        for manager, b in buckets.items()
+    ]
+    some = next(iter(buckets.values()))
+    return f"QPS {some['qps']:g}, burst {some['burst']}: " + "; ".join(parts)
 
 
 def _tally(figures: Mapping[str, Any] | None, unit: str = "") -> str:
@@ -366,7 +379,7 @@ def _claim_waits(provision: Mapping[str, Any]) -> list[str]:
         f"    API requests, start to end: {_tally(waits.get('api_requests'))}",
         "    garbage collector pauses by generation: "
         + "; ".join(f"{g}: {_tally(t)}" for g, t in enumerate(waits.get("gc_pauses") or [])),
-        "    QPS limiter: none (the operator has no client-side limiter)",
+        "    QPS limiter (per role): " + _limiter(waits.get("qps_limiter")),
     ]
     bench = provision.get("bench_loop_lag") or {}
     if bench.get("samples"):

@@ -91,6 +91,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--attach", type=int, default=None, metavar="N",
         help="instead: attach and detach N VolumeAttachments (over 10 nodes)",
     )  # fmt: skip
+    parser.add_argument(
+        "--kube-api-qps", type=float, default=Options.kube_api_qps,
+        help="the operator's --kube-api-qps (default: 1000, as the real server's comparison)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kube-api-burst", type=int, default=Options.kube_api_burst,
+        help="the operator's --kube-api-burst (default: 2000)",
+    )  # fmt: skip
     parser.add_argument("--idle-wait", type=float, default=6.0, help="scale mode: idle seconds")
     parser.add_argument("--timeout", type=float, default=None, help="seconds allowed per phase")
     parser.add_argument("--dir", type=pathlib.Path, default=None, help="working directory (kept)")
@@ -127,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         claims=args.claims,
         storage_class=args.storage_class,
         workers=args.workers,
+        kube_api_qps=args.kube_api_qps,
+        kube_api_burst=args.kube_api_burst,
         scale=args.scale,
         attach=args.attach,
         workdir=args.dir,

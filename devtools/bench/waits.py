@@ -11,8 +11,8 @@
   durations, from the operator's own metrics (`workqueue_queue_duration_seconds`,
   `csi_sidecar_operations_seconds`).
 
-There is no client-side QPS limiter in the operator (`--kube-api-qps` is accepted and checked,
-as the Go sidecars' flag, but no request waits for it): its wait is reported as none.
+- the client-side QPS limiter (`--kube-api-qps`, `--kube-api-burst`): each role's token
+  bucket, its requests, how many waited for a token, and for how long.
 """
 
 from __future__ import annotations
@@ -126,11 +126,19 @@ class Waits:
             "claims_queue": _histogram(metrics, names.METRIC_QUEUE_LATENCY, "claims"),
             "create_volume": _histogram(metrics, names.METRIC_CSI_OPERATIONS, "CreateVolume"),
             "gc_pauses": [tally.summary() for tally in self.collections],
-            "qps_limiter": None,  # there is none: nothing waits for it
+            "qps_limiter": _limiter(self.memo.api),
         }
 
     def lag_timeline(self, *, since: float, until: float) -> list[float]:
         return self.probe.by_bucket(since=since, until=until, width=0.1)
+
+
+def _limiter(api: Any) -> dict[str, Any] | None:
+    """Each role's token bucket (`--kube-api-qps`): requests, how many waited, and how long."""
+    limits = api.limits
+    if limits is None:
+        return None
+    return {manager: bucket.summary() for manager, bucket in sorted(limits.buckets.items())}
 
 
 def _histogram(metrics: Any, name: str, label_part: str) -> dict[str, float] | None:

@@ -27,6 +27,8 @@ import aiohttp
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
 
+from kopf_csi.throttling import TokenBucket
+
 __all__ = [
     "CLAIMS",
     "CONFIGMAPS",
@@ -54,6 +56,7 @@ __all__ = [
     "Credentials",
     "KubeClient",
     "KubeError",
+    "Limits",
     "LoginError",
     "NotFoundError",
     "Resource",
@@ -320,17 +323,45 @@ async def login(kubeconfig: pathlib.Path | None) -> Credentials:
     )
 
 
+@dataclasses.dataclass
+class Limits:
+    """`--kube-api-qps` and `--kube-api-burst`: a token bucket (`throttling.TokenBucket`) per
+    field manager, shared by the clients of one connection.
+
+    Each Go sidecar is its own process with its own client, so each has the whole QPS to
+    itself; each role here (`as_manager`: csi-provisioner, csi-attacher, ...) has its own
+    bucket likewise, and the caches' informers, which every role shares, have one more.
+    Every request the client sends waits for its token: reads, writes, and each watch when
+    it starts, as client-go's. kopf's own requests (its watches of the few kinds it still
+    handles) are not counted.
+    """
+
+    qps: float
+    burst: int
+    buckets: dict[str, TokenBucket] = dataclasses.field(default_factory=dict)
+
+    def bucket(self, manager: str) -> TokenBucket:
+        found = self.buckets.get(manager)
+        if found is None:
+            found = self.buckets[manager] = TokenBucket(self.qps, self.burst)
+        return found
+
+
 class KubeClient:
     """Plain-dict CRUD on any resource, over one kubernetes-asyncio ApiClient.
 
     Every request says who sends it: the User-Agent and, on writes, the `fieldManager` name
     the Go sidecar whose role makes it (`as_manager`). The clients of all roles share one
-    connection pool.
+    connection pool; with `limits`, each role's requests wait for its own token bucket.
     """
 
-    def __init__(self, api: Any, *, manager: str = DEFAULT_MANAGER) -> None:
+    def __init__(
+        self, api: Any, *, manager: str = DEFAULT_MANAGER, limits: Limits | None = None
+    ) -> None:
         self._api = api
         self.manager = manager
+        self.limits = limits
+        self._bucket = limits.bucket(manager) if limits is not None else None
         self._headers = {"Accept": "application/json", "User-Agent": user_agent(manager)}
         # kubernetes-asyncio lets its default headers win over a request's: drop its own
         # User-Agent ("OpenAPI-Generator/..."), so that ours reaches the server.
@@ -343,13 +374,21 @@ class KubeClient:
 
     def as_manager(self, manager: str) -> KubeClient:
         """The same connection, writing as `manager` (e.g. `csi-provisioner`)."""
-        return KubeClient(self._api, manager=manager)
+        return KubeClient(self._api, manager=manager, limits=self.limits)
 
     @classmethod
     async def connect(
-        cls, kubeconfig: pathlib.Path | None, *, context: str | None = None
+        cls,
+        kubeconfig: pathlib.Path | None,
+        *,
+        context: str | None = None,
+        qps: float | None = None,
+        burst: int = 1,
     ) -> KubeClient:
-        """Log in with the kubeconfig (and its `context`, else its current one), or in-cluster."""
+        """Log in with the kubeconfig (and its `context`, else its current one), or in-cluster.
+
+        With `qps`, every role's requests are limited to `qps` per second on average and
+        `burst` at once (`Limits`); without, they are not limited."""
         configuration = await _load(kubeconfig, context)
         if configuration.proxy is None:
             configuration.proxy = _environment_proxy(configuration.host)
@@ -363,7 +402,7 @@ class KubeClient:
         # (below a server's idle timeout, so that it is the server that never closes first).
         connector: Any = api.rest_client.pool_manager.connector
         connector._keepalive_timeout = KEEPALIVE
-        return cls(api)
+        return cls(api, limits=Limits(qps, burst) if qps is not None else None)
 
     async def warm(self, connections: int) -> int:
         """Open up to `connections` connections now (TCP and TLS: `connections` requests at
@@ -523,6 +562,7 @@ class KubeClient:
             ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout)),
         ]  # fmt: skip
         path = resource.path()
+        await self._throttle()
         response = await self._api.call_api(
             path,
             "GET",
@@ -554,6 +594,13 @@ class KubeClient:
                         )
                     yield event
 
+    async def _throttle(self) -> None:
+        """Wait for this role's token (`Limits`), if its requests are limited."""
+        if self._bucket is not None:
+            delay = self._bucket.reserve(asyncio.get_running_loop().time())
+            if delay > 0:
+                await asyncio.sleep(delay)
+
     async def _request(
         self,
         method: str,
@@ -570,6 +617,7 @@ class KubeClient:
             headers["Accept"] = accept
         if method in ("POST", "PUT", "PATCH"):
             params.append(("fieldManager", self.manager))
+        await self._throttle()
         response = await self._api.call_api(
             path,
             method,

@@ -85,12 +85,13 @@ class KubeSettings:
     """The operator's own namespace: where its Leases and its in-flight journal are."""
 
     qps: float = 100.0
-    """`--kube-api-qps`: Kubernetes API requests per second, on average. Accepted and checked
-    for compatibility, but not applied yet: kopf-csi does not throttle its API requests."""
+    """`--kube-api-qps`: Kubernetes API requests per second, on average, for each sidecar
+    role, as each Go sidecar's client has its own (`kube.Limits`): a request beyond the
+    burst waits for its turn."""
 
     burst: int = 200
-    """`--kube-api-burst`: Kubernetes API requests allowed at once above the QPS (accepted,
-    not applied yet, as `--kube-api-qps`)."""
+    """`--kube-api-burst`: Kubernetes API requests each role may send at once before the
+    QPS applies (client-go's token bucket)."""
 
     cache_resync: float = 600.0
     """How often the cached kinds are listed again, to drop objects whose deletion no watch

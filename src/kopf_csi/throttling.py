@@ -1,0 +1,69 @@
+"""The client-side limit on API requests: `--kube-api-qps` and `--kube-api-burst`.
+
+client-go gives every client a token bucket (`flowcontrol.NewTokenBucketRateLimiter`, over
+`golang.org/x/time/rate`): the bucket holds up to `burst` tokens and gains `qps` per second;
+each request takes one, and a request that finds none waits until its token is due. Requests
+wait in the order they came: each reservation is counted against the tokens to come, so the
+tenth waiter in line waits ten tokens' time, not one.
+
+Pure: the caller gives the time and does the waiting (`kube.KubeClient`); nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["TokenBucket"]
+
+
+@dataclasses.dataclass
+class TokenBucket:
+    """`burst` requests at once, then `qps` per second on average.
+
+    `reserve(now)` takes a token and says how long the request must wait for it (0.0: at
+    once). The counters say what the limit cost: requests seen, requests that waited, and
+    the seconds they waited in all and at most.
+    """
+
+    qps: float
+    burst: int
+    tokens: float = dataclasses.field(init=False)
+    stamp: float | None = dataclasses.field(default=None, init=False)
+    requests: int = dataclasses.field(default=0, init=False)
+    delayed: int = dataclasses.field(default=0, init=False)
+    waited: float = dataclasses.field(default=0.0, init=False)
+    longest: float = dataclasses.field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.qps > 0:
+            raise ValueError(f"the QPS must be positive, got {self.qps}")
+        if self.burst < 1:
+            raise ValueError(f"the burst must be at least 1, got {self.burst}")
+        self.tokens = float(self.burst)  # a new client may send its whole burst at once
+
+    def reserve(self, now: float) -> float:
+        """Take a token at `now` (monotonic seconds); the seconds to wait before sending."""
+        if self.stamp is not None and now > self.stamp:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.qps)
+        if self.stamp is None or now > self.stamp:
+            self.stamp = now
+        self.tokens -= 1.0
+        self.requests += 1
+        if self.tokens >= 0.0:
+            return 0.0
+        delay = -self.tokens / self.qps
+        self.delayed += 1
+        self.waited += delay
+        self.longest = max(self.longest, delay)
+        return delay
+
+    def summary(self) -> dict[str, float]:
+        """The counters, for the benchmark's report and the debug endpoint."""
+        return {
+            "qps": self.qps,
+            "burst": self.burst,
+            "requests": self.requests,
+            "delayed": self.delayed,
+            "waited_seconds": round(self.waited, 3),
+            "max_wait_ms": round(self.longest * 1000, 1),
+        }

@@ -1,0 +1,53 @@
+"""`--kube-api-qps` and `--kube-api-burst` in the running operator.
+
+kopf running the real handler modules against the emulated API and the reference driver, with
+a low limit: every claim is still provisioned, and the provisioner's requests beyond its burst
+waited for their turn in its own bucket (the client-side limit itself: tests/test_throttling.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from kopf_csi import names
+from kopf_csi.settings import Settings
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.operator import OperatorThread
+
+from .conftest import make_claim, make_storage_class, wait_for_bound
+
+pytestmark = pytest.mark.usefixtures("kcm")
+
+QPS = 10.0
+BURST = 4
+CLAIMS = 12
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    kube = dataclasses.replace(settings.kube, qps=QPS, burst=BURST)
+    return dataclasses.replace(settings, kube=kube)
+
+
+async def test_a_burst_of_claims_is_provisioned_within_the_limit(
+    cluster: EmulatedCluster, operator: OperatorThread
+) -> None:
+    await make_storage_class(cluster, operator)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    claims = [make_claim(cluster, f"data-{i}") for i in range(CLAIMS)]
+    for claim in claims:
+        await wait_for_bound(cluster, claim, timeout=30.0)
+    elapsed = loop.time() - started
+
+    limits = operator.memo.api.limits
+    assert (limits.qps, limits.burst) == (QPS, BURST)
+    bucket = limits.buckets[names.MANAGER_PROVISIONER]
+    # Each claim took at least its PV's POST and its Provisioning event from this bucket.
+    assert bucket.requests >= 2 * CLAIMS
+    assert bucket.delayed >= 1
+    assert bucket.waited > 0
+    assert elapsed >= (2 * CLAIMS - BURST) / QPS * 0.8

@@ -1,0 +1,83 @@
+"""`--kube-api-qps` and `--kube-api-burst`: the client-side limit on API requests.
+
+We test these aspects:
+- the token bucket (pure): a burst goes at once, then one request per 1/qps seconds, first
+  come first served; idle time refills it up to the burst and no further; bad limits refused;
+- the API client: each role (field manager) has a bucket of its own, as each Go sidecar's
+  client has; requests beyond the burst wait for their turn; a client without limits never
+  waits;
+- the operator (kopf running the real handler modules against the emulated API and the
+  reference driver) applies the settings: a burst of claims is provisioned, and the
+  provisioner's requests beyond the burst are held to the QPS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+import pytest
+
+from kopf_csi import kube
+from kopf_csi.throttling import TokenBucket
+
+
+def test_a_burst_goes_at_once_then_one_request_per_token() -> None:
+    bucket = TokenBucket(qps=10.0, burst=3)
+    delays = [bucket.reserve(100.0) for _ in range(6)]
+    assert delays == pytest.approx([0.0, 0.0, 0.0, 0.1, 0.2, 0.3])
+    assert (bucket.requests, bucket.delayed) == (6, 3)
+    assert bucket.waited == pytest.approx(0.6)
+    assert bucket.summary()["max_wait_ms"] == pytest.approx(300.0)
+
+
+def test_idle_time_refills_up_to_the_burst_and_no_further() -> None:
+    bucket = TokenBucket(qps=10.0, burst=2)
+    assert [bucket.reserve(0.0) for _ in range(3)] == pytest.approx([0.0, 0.0, 0.1])
+    # 0.25 s later: the waiter's token came at 0.1 s, and 1.5 more since; 2 at most are kept.
+    assert bucket.reserve(0.25) == 0.0
+    assert bucket.reserve(0.25) == pytest.approx(0.05)
+    assert bucket.reserve(60.0) == 0.0  # a minute idle: a whole burst again, not 600
+    assert bucket.reserve(60.0) == 0.0
+    assert bucket.reserve(60.0) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(("qps", "burst"), [(0.0, 1), (-1.0, 1), (1.0, 0)])
+def test_limits_that_would_stop_every_request_are_refused(qps: float, burst: int) -> None:
+    with pytest.raises(ValueError, match=r"QPS|burst"):
+        TokenBucket(qps=qps, burst=burst)
+
+
+async def test_requests_beyond_the_burst_wait_for_their_turn(kubeconfig: pathlib.Path) -> None:
+    async with await kube.KubeClient.connect(kubeconfig, qps=4.0, burst=2) as api:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.gather(*(api.get(kube.CONFIGMAPS, f"cm-{i}", "default") for i in range(4)))
+        elapsed = loop.time() - started
+        assert api.limits is not None
+        bucket = api.limits.buckets[kube.DEFAULT_MANAGER]
+        assert (bucket.requests, bucket.delayed) == (4, 2)
+        assert elapsed >= 0.45  # the fourth request's token was due 0.5 s after the first
+
+
+async def test_each_role_has_a_bucket_of_its_own(kubeconfig: pathlib.Path) -> None:
+    async with await kube.KubeClient.connect(kubeconfig, qps=0.5, burst=1) as api:
+        attacher = api.as_manager("csi-attacher")
+        provisioner = api.as_manager("csi-provisioner")
+        await asyncio.wait_for(
+            asyncio.gather(
+                attacher.get(kube.CONFIGMAPS, "a", "default"),
+                provisioner.get(kube.CONFIGMAPS, "b", "default"),
+            ),
+            timeout=1.9,  # one shared bucket would hold the second request 2 s
+        )
+        assert api.limits is not None
+        assert sorted(api.limits.buckets) == ["csi-attacher", "csi-provisioner", "kopf-csi"]
+        assert all(bucket.delayed == 0 for bucket in api.limits.buckets.values())
+
+
+async def test_a_client_without_limits_never_waits(kubeconfig: pathlib.Path) -> None:
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        await asyncio.gather(*(api.get(kube.CONFIGMAPS, f"cm-{i}", "default") for i in range(5)))
+        assert api.limits is None
+        assert api.as_manager("csi-provisioner").limits is None
