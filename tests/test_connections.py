@@ -69,3 +69,27 @@ async def test_warming_stays_within_the_pool(
     limit = api._api.rest_client.pool_manager.connector.limit
     assert await api.warm(limit + 50) == limit
     assert len(opened) <= limit
+
+
+async def test_tls_reads_hold_a_small_buffer_and_lose_nothing(tmp_path: pathlib.Path) -> None:
+    """asyncio's 256 KiB read buffer per TLS connection was a quarter of a burst's peak RSS;
+    a list far larger than one read still arrives whole."""
+    blob = "x" * 50_000
+    async with EmulatedCluster(tls=True) as cluster:
+        for i in range(40):  # about 2 MB in one page: 30 reads of 64 KiB
+            body = {"metadata": {"name": f"big-{i}", "namespace": "default"}, "data": {"b": blob}}
+            cluster.create("configmaps", body)
+        async with await kube.KubeClient.connect(
+            cluster.write_kubeconfig(tmp_path / "kubeconfig")
+        ) as api:
+            items = await api.list(kube.CONFIGMAPS, "default")
+            assert sorted(item["metadata"]["name"] for item in items) == sorted(
+                f"big-{i}" for i in range(40)
+            )
+            assert all(item["data"]["b"] == blob for item in items)
+            # The pooled connection's TLS layer (asyncio's, private) and its read buffer.
+            connector = api._api.rest_client.pool_manager.connector
+            pooled = [proto for conns in connector._conns.values() for proto, _ in conns]
+            assert pooled
+            buffers = [len(proto.transport._ssl_protocol._ssl_buffer) for proto in pooled]
+            assert all(0 < size <= kube.TLS_READ_SIZE for size in buffers)

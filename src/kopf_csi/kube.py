@@ -10,6 +10,7 @@ per-object CPU went there).
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import base64
 import binascii
 import dataclasses
@@ -78,10 +79,16 @@ KEEPALIVE = 60.0
 WARM_CONNECTIONS = 16
 """Connections opened at start-up (`KubeClient.warm`), for the first requests of a burst.
 
-Each idle TLS connection holds about 0.4 MiB (asyncio's 256 KiB SSL buffer among it): warming
+Each idle TLS connection held about 0.4 MiB (asyncio's 256 KiB read buffer among it): warming
 all 100 of the provisioner's workers cost 42 MiB of settled RSS with 10,000 PVs (166 instead
 of 124 MiB), and the first PV of a 200-claim burst came no sooner than with 16 (0.20-0.25 s
 against 0.11-0.18 s, docs/benchmarks.md). A burst opens the rest as it needs them."""
+TLS_READ_SIZE = 64 * 1024
+"""Bytes read from a TLS connection at once. asyncio gives every TLS connection a read buffer
+of `SSLProtocol.max_size`, 256 KiB, allocated and zeroed when the connection opens: in a burst
+of 100 connections, 25 MiB of the operator's peak RSS. 64 KiB still takes four TLS records
+per read; measured, 100 connections cost 245 instead of 627 KiB each (client and server
+together, docs/benchmarks.md)."""
 WATCH_TIMEOUT = 300  # seconds a watch request runs before the server ends it (client-go: 5-10 min)
 """Objects per LIST page: client-go's pager and reflector use 500, and so do we (and kopf)."""
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -288,6 +295,13 @@ async def _load(kubeconfig: pathlib.Path | None, context: str | None = None) -> 
     return configuration
 
 
+def _limit_tls_reads(size: int) -> None:
+    """Every TLS connection the process opens from now on reads at most `size` bytes at once,
+    and holds a read buffer of that size (`TLS_READ_SIZE`); never raised above asyncio's own."""
+    protocol = asyncio.sslproto.SSLProtocol
+    protocol.max_size = min(protocol.max_size, size)
+
+
 def _environment_proxy(host: str) -> str | None:
     """`HTTPS_PROXY`/`HTTP_PROXY` for the API server, unless `NO_PROXY` exempts it."""
     parts = urllib.parse.urlsplit(host)
@@ -390,6 +404,7 @@ class KubeClient:
         With `qps`, every role's requests are limited to `qps` per second on average and
         `burst` at once (`Limits`); without, they are not limited."""
         configuration = await _load(kubeconfig, context)
+        _limit_tls_reads(TLS_READ_SIZE)
         if configuration.proxy is None:
             configuration.proxy = _environment_proxy(configuration.host)
         api = kubernetes_asyncio.client.ApiClient(configuration=configuration)
