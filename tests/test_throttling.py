@@ -17,6 +17,7 @@ import asyncio
 import pathlib
 
 import pytest
+import structlog.testing
 
 from kopf_csi import kube
 from kopf_csi.throttling import TokenBucket
@@ -81,3 +82,25 @@ async def test_a_client_without_limits_never_waits(kubeconfig: pathlib.Path) -> 
         await asyncio.gather(*(api.get(kube.CONFIGMAPS, f"cm-{i}", "default") for i in range(5)))
         assert api.limits is None
         assert api.as_manager("csi-provisioner").limits is None
+
+
+def test_a_long_wait_is_reported_at_most_once_in_ten_seconds() -> None:
+    bucket = TokenBucket(qps=1.0, burst=1)
+    assert not bucket.report_due(0.0, 1.0)  # not over a second
+    assert bucket.report_due(0.0, 1.5)
+    assert not bucket.report_due(9.9, 5.0)
+    assert bucket.report_due(10.0, 5.0)
+
+
+async def test_a_long_wait_is_logged_with_what_to_change(kubeconfig: pathlib.Path) -> None:
+    async with await kube.KubeClient.connect(kubeconfig, qps=1.0, burst=1) as api:
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.gather(*(api.get(kube.CONFIGMAPS, f"c-{i}", "default") for i in range(4)))
+    throttled = [entry for entry in logs if entry["event"] == "api_requests_throttled"]
+    assert len(throttled) == 1  # the third waited 2 s, the fourth 3 s: one line
+    (line,) = throttled
+    assert line["log_level"] == "info"
+    assert line["manager"] == kube.DEFAULT_MANAGER
+    assert line["waiting"] == pytest.approx(2.0, abs=0.05)
+    assert line["request"].startswith("GET /api/v1/namespaces/default/configmaps/c-")
+    assert "--kube-api-qps" in line["hint"]

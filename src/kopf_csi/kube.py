@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar
 import aiohttp
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
+import structlog
 
 from kopf_csi.throttling import TokenBucket
 
@@ -69,6 +70,7 @@ __all__ = [
     "user_agent",
 ]
 
+log = structlog.get_logger("kopf_csi.kube")
 Body = dict[str, Any]
 Page = list[Body]  # (`list` is also a method name in KubeClient)
 Versions = list[str]
@@ -577,7 +579,7 @@ class KubeClient:
             ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout)),
         ]  # fmt: skip
         path = resource.path()
-        await self._throttle()
+        await self._throttle("WATCH", path)
         response = await self._api.call_api(
             path,
             "GET",
@@ -609,12 +611,27 @@ class KubeClient:
                         )
                     yield event
 
-    async def _throttle(self) -> None:
-        """Wait for this role's token (`Limits`), if its requests are limited."""
-        if self._bucket is not None:
-            delay = self._bucket.reserve(asyncio.get_running_loop().time())
-            if delay > 0:
-                await asyncio.sleep(delay)
+    async def _throttle(self, method: str, path: str) -> None:
+        """Wait for this role's token (`Limits`), if its requests are limited; a long wait is
+        logged now and then, as client-go's "Waited for ... due to client-side throttling"."""
+        bucket = self._bucket
+        if bucket is None:
+            return
+        now = asyncio.get_running_loop().time()
+        delay = bucket.reserve(now)
+        if delay <= 0:
+            return
+        if bucket.report_due(now, delay):
+            log.info(
+                "api_requests_throttled",
+                manager=self.manager,
+                waiting=round(delay, 3),
+                request=f"{method} {path}",
+                qps=bucket.qps,
+                burst=bucket.burst,
+                hint="raise --kube-api-qps and --kube-api-burst to send more",
+            )
+        await asyncio.sleep(delay)
 
     async def _request(
         self,
@@ -632,7 +649,7 @@ class KubeClient:
             headers["Accept"] = accept
         if method in ("POST", "PUT", "PATCH"):
             params.append(("fieldManager", self.manager))
-        await self._throttle()
+        await self._throttle(method, path)
         response = await self._api.call_api(
             path,
             method,

@@ -6,6 +6,10 @@ each request takes one, and a request that finds none waits until its token is d
 wait in the order they came: each reservation is counted against the tokens to come, so the
 tenth waiter in line waits ten tokens' time, not one.
 
+A request that waited over `LONG_WAIT` is worth a log line (client-go logs "Waited for ... due
+to client-side throttling" then, at most once every 10 s at its default verbosity):
+`report_due` says when, at most once per `REPORT_INTERVAL`.
+
 Pure: the caller gives the time and does the waiting (`kube.KubeClient`); nothing here sleeps.
 """
 
@@ -13,7 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["TokenBucket"]
+__all__ = ["LONG_WAIT", "REPORT_INTERVAL", "TokenBucket"]
+
+LONG_WAIT = 1.0
+"""Seconds of waiting for a token that a log line reports (client-go: over 1 s)."""
+REPORT_INTERVAL = 10.0
+"""Seconds between two such lines of one bucket (client-go: 10 s at its default verbosity)."""
 
 
 @dataclasses.dataclass
@@ -33,6 +42,7 @@ class TokenBucket:
     delayed: int = dataclasses.field(default=0, init=False)
     waited: float = dataclasses.field(default=0.0, init=False)
     longest: float = dataclasses.field(default=0.0, init=False)
+    reported: float | None = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if not self.qps > 0:
@@ -56,6 +66,16 @@ class TokenBucket:
         self.waited += delay
         self.longest = max(self.longest, delay)
         return delay
+
+    def report_due(self, now: float, delay: float) -> bool:
+        """Whether a request that must wait `delay` seconds from `now` should be logged: a
+        long wait, and none logged in the last `REPORT_INTERVAL` seconds."""
+        if delay <= LONG_WAIT:
+            return False
+        if self.reported is not None and now - self.reported < REPORT_INTERVAL:
+            return False
+        self.reported = now
+        return True
 
     def summary(self) -> dict[str, float]:
         """The counters, for the benchmark's report and the debug endpoint."""
