@@ -383,11 +383,11 @@ async def test_an_object_that_fails_is_synced_again_and_the_pass_goes_on(
     await kcm.settled()
     original, failed = kcm._sync_claim, []
 
-    def flaky(obj: dict[str, Any]) -> None:
+    async def flaky(obj: dict[str, Any]) -> None:
         if obj["metadata"]["name"] == "a" and not failed:
             failed.append(obj["metadata"]["name"])
             raise RuntimeError("a bug")
-        original(obj)
+        await original(obj)
 
     monkeypatch.setattr(kcm, "_sync_claim", flaky)
     claim(cluster, "a", storageClassName="fast")
@@ -414,9 +414,9 @@ async def test_a_pass_syncs_what_changed_not_the_whole_cluster(
     for method in ("_sync_claim", "_sync_volume"):
         original = getattr(kcm, method)
 
-        def spy(obj: dict[str, Any], original: Any = original) -> None:
+        async def spy(obj: dict[str, Any], original: Any = original) -> None:
             synced.append(obj["metadata"]["name"])
-            original(obj)
+            await original(obj)
 
         monkeypatch.setattr(kcm, method, spy)
     cluster.patch(PVCS, "default", "data-7", {"metadata": {"labels": {"app": "x"}}})
