@@ -68,9 +68,9 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import NamedTuple
 
 from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, StatusError, Subscription
+from kopf_csi.testing.latency import ObjectPath
 from kopf_csi.testing.standins import StandIn
 
 __all__ = ["ControllerManager", "attachment_name"]
@@ -99,15 +99,6 @@ _EXTERNAL_PROVISIONING = (
 _RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
 """Syncing claims for a resync: their events are posted again (per task: a provisioning
 operation started by a resync's sync posts again too)."""
-
-
-class _Path(NamedTuple):
-    """What the latency model asks of a request (`latency.Target`)."""
-
-    plural: str
-    namespace: str | None
-    name: str | None
-    subresource: str | None = None
 
 
 @dataclasses.dataclass
@@ -447,7 +438,7 @@ class ControllerManager(StandIn):
             self._passed.set()
 
     @contextlib.asynccontextmanager
-    async def _wait(self, path: _Path, method: str) -> AsyncIterator[None]:
+    async def _wait(self, path: ObjectPath, method: str) -> AsyncIterator[None]:
         """A request of ours takes its time (the cluster's model, each object's writes in
         turn, as the HTTP requests'); the write is made inside. None without a model."""
         if not self.timed:
@@ -461,7 +452,7 @@ class ControllerManager(StandIn):
     ) -> Body:
         """`_update`, once the PUT's time has passed (client-go's blocking `Update`)."""
         meta = obj["metadata"]
-        path = _Path(plural, meta.get("namespace"), meta["name"], "status" if status else None)
+        path = ObjectPath(plural, meta.get("namespace"), meta["name"], "status" if status else None)
         async with self._wait(path, "PUT"):
             return self._update(plural, obj, changes, status=status)
 
@@ -511,7 +502,7 @@ class ControllerManager(StandIn):
             return
 
         async def post() -> None:
-            async with self._wait(_Path("events", namespace, name), method):
+            async with self._wait(ObjectPath("events", namespace, name), method):
                 write()
 
         self._start(f"event-{next(self._sent)}", "events", (namespace or "", name or ""), post)
@@ -777,7 +768,9 @@ class ControllerManager(StandIn):
                 if _phase(volume) in ("Released", "Failed"):
                     return
                 # syncVolume asks the API server before it releases the volume
-                async with self._wait(_Path(PVCS, ref.get("namespace"), ref.get("name")), "GET"):
+                async with self._wait(
+                    ObjectPath(PVCS, ref.get("namespace"), ref.get("name")), "GET"
+                ):
                     pass
                 phase = "Released"
             elif not _spec(claim).get("volumeName"):
@@ -837,7 +830,7 @@ class ControllerManager(StandIn):
             **obj,
             "metadata": {**meta, "finalizers": [f for f in finalizers if f != finalizer]},
         }
-        async with self._wait(_Path(plural, meta.get("namespace"), meta["name"]), "PUT"):
+        async with self._wait(ObjectPath(plural, meta.get("namespace"), meta["name"]), "PUT"):
             updated = self.cluster.replace(
                 plural, meta.get("namespace"), meta["name"], body, manager=self.manager
             )
@@ -865,11 +858,11 @@ class ControllerManager(StandIn):
                 await self._operation(f"detach-{name}", VAS, ("", name), detach)
 
     async def _attach(self, body: Body) -> None:
-        async with self._wait(_Path(VAS, None, None), "POST"):
+        async with self._wait(ObjectPath(VAS, None, None), "POST"):
             self._create(VAS, body)
 
     async def _detach(self, name: str) -> None:
-        async with self._wait(_Path(VAS, None, name), "DELETE"):
+        async with self._wait(ObjectPath(VAS, None, name), "DELETE"):
             gone = self.cluster.delete(VAS, None, name, manager=self.manager)
         if _meta(gone).get("finalizers"):  # else the feed takes it out of the cache
             self._put(VAS, gone)

@@ -25,9 +25,11 @@ import dataclasses
 import math
 import random
 from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-__all__ = ["NO_LATENCY", "REAL_SERVER", "Latency", "LatencyModel", "uniform_writes"]
+__all__ = [
+    "NO_LATENCY", "REAL_SERVER", "Latency", "LatencyModel", "ObjectPath", "uniform_writes",
+]  # fmt: skip
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -43,6 +45,16 @@ class Target(Protocol):
     def name(self) -> str | None: ...
     @property
     def subresource(self) -> str | None: ...
+
+
+class ObjectPath(NamedTuple):
+    """A `Target` for a request made without HTTP: the Python-level writes of the in-process
+    controllers and the benchmark's client, timed as if they were sent (`Latency.request`)."""
+
+    plural: str
+    namespace: str | None
+    name: str | None  # None: a create (or a list)
+    subresource: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
