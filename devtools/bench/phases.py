@@ -1,6 +1,10 @@
 """One measured phase of the claims and attach modes: where it starts (`Mark`), the burst of
 creations or deletions, the progress line while it runs, and its figures at the end.
 
+The claims' burst is sent as the real server's test client sent it (`client_burst`): with the
+cluster's latency model, 50 workers, each POST or DELETE taking the model's time before it
+lands, so that "all Bound" and "all PVs gone" count from the same start as the real figures.
+
 Part of the benchmark (`devtools.bench.running`).
 """
 

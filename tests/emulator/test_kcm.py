@@ -305,6 +305,12 @@ def kcm_writes(cluster: EmulatedCluster) -> dict[tuple[str, str], int]:
 async def test_a_provisioned_volume_gets_the_real_servers_writes_and_watch_events(
     cluster: EmulatedCluster, kcm: ControllerManager
 ) -> None:
+    await a_volume_gets_the_real_servers_writes_and_watch_events(cluster, kcm)
+
+
+async def a_volume_gets_the_real_servers_writes_and_watch_events(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
     # real-apiserver.md, "Watch traffic per volume": KCM updates (PUT) the claim twice and its
     # status once, and the PV's status, while a volume is provisioned; on deletion it updates
     # the PV's status (Released), and each protection controller updates its object once.
@@ -322,6 +328,9 @@ async def test_a_provisioned_volume_gets_the_real_servers_writes_and_watch_event
             ("update", f"{PVCS}/status"): 1,
             ("update", f"{PVS}/status"): 1,
         }
+        assert events(cluster, created) == [
+            ("Normal", "ExternalProvisioning", EXTERNAL_PROVISIONING)
+        ]
         cluster.writes.clear()
 
         cluster.delete(PVCS, "default", "data")
@@ -470,32 +479,7 @@ async def test_with_a_latency_model_a_volume_gets_the_same_writes() -> None:
     provisioning, binding, release and both protection finalizers, as without a model."""
     model = LatencyModel(write=0.02, read=0.01)
     async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
-        storage_class(cluster, "fast")
-        created = claim(cluster, "data", storageClassName="fast")
-        await until(cluster, lambda: GA in annotations(cluster, "data"))
-        volume(cluster, "pvc-1", claim=created)
-        await cluster.wait_for(PVCS, "default", "data", phase("Bound"))
-        await kcm.settled()
-        assert events(cluster, created) == [
-            ("Normal", "ExternalProvisioning", EXTERNAL_PROVISIONING)
-        ]
-        assert kcm_writes(cluster) == {
-            ("create", "events"): 1,
-            ("update", PVCS): 2,
-            ("update", f"{PVCS}/status"): 1,
-            ("update", f"{PVS}/status"): 1,
-        }
-        cluster.writes.clear()
-        cluster.delete(PVCS, "default", "data")
-        await cluster.wait_for(PVS, None, "pvc-1", phase("Released"))
-        cluster.delete(PVS, None, "pvc-1", manager="csi-provisioner")
-        await cluster.wait_for(PVS, None, "pvc-1", lambda obj: obj is None)
-        await kcm.settled()
-        assert kcm_writes(cluster) == {
-            ("update", PVCS): 1,
-            ("update", PVS): 1,
-            ("update", f"{PVS}/status"): 1,
-        }
+        await a_volume_gets_the_real_servers_writes_and_watch_events(cluster, kcm)
 
 
 async def test_without_a_latency_model_a_pass_binds_every_claim_at_once(

@@ -53,6 +53,40 @@ per batch made the stand-in's cost grow with the cluster: 13-27 ms per pass with
 during which the emulated API served nobody. The scheduler and the attach/detach controller
 still look at every pod. Writes go through the emulator's Python API; their changes come back
 as the next batch, and a pass that writes nothing ends the cycle.
+
+With a latency model (the cluster's ``latency``, ``testing/latency.py``; decided when the
+stand-in is made, so every test without one runs the passes above, unchanged), KCM's requests
+take the real server's time, and its controllers work side by side as the real ones do. Each
+write waits its drawn duration (by verb and resource, after the previous write to the same
+object, the HTTP requests' own order) and is applied at its end, as a blocking client-go
+round trip; a stale copy then loses with a 409, as the real one's does. Who waits for whom,
+as read in kubernetes/kubernetes:
+
+- pv_controller_base.go ``Run``: one ``claimWorker`` and one ``volumeWorker`` goroutine, each
+  taking one key at a time off its queue (the queue's comment: one worker each, ``syncClaim``
+  is not reentrant). ``bind`` (pv_controller.go) runs in the claim worker: the PV's claimRef
+  if needed, the PV's status, the claim's volumeName and annotations, the claim's status,
+  each ``Update`` waiting for the one before. So N claims bind one after the other.
+- pv_controller.go ``provisionClaim`` hands ``provisionClaimOperationExternal`` (the update
+  that sets both storage-provisioner annotations, then the ``ExternalProvisioning`` event) to
+  ``scheduleOperation``: a goroutine per claim (goroutinemap: one at a time per claim, a
+  second request while it runs is skipped), so the claim worker goes on at once and the
+  annotations of a burst go out side by side. Deletion of a volume (``reclaimVolume``) is such
+  an operation too; for an external provisioner it only reads, so it is left out here.
+- ``syncVolume``, for a claim it finds in neither cache, asks the API server (a GET, in the
+  volume worker) before it marks the volume Released: that read waits its time too.
+- The protection controllers run with ``Run(ctx, 1)`` (cmd/kube-controller-manager, core.go):
+  one worker each, so claims' and volumes' finalizers go one at a time. (pvc-protection's live
+  list of pods, one per namespace batch, is left out.)
+- Events go through client-go's broadcaster, which posts them from its own goroutine: nobody
+  waits for them; each lands after its own time.
+- The scheduler's selected-node and the attach/detach controller share one worker here; the
+  VolumeAttachments' creation and deletion are operations of their own (the attach/detach
+  controller's operation executor runs one goroutine per volume).
+
+Left out: KCM's client-side rate limiter (``--kube-api-qps``, per controller client), and any
+dependence of a request's duration on how many are in flight: the model's means are the real
+server's averages over a whole burst.
 """
 
 from __future__ import annotations
@@ -95,6 +129,9 @@ _EXTERNAL_PROVISIONING = (
     "provisioner is running and correctly registered."
 )  # pv_controller.go provisionClaimOperationExternal, verbatim
 
+
+Key = tuple[str, str]  # namespace ("" for a cluster-scoped object), name
+Work = Callable[[], Awaitable[None]]
 
 _RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
 """Syncing claims for a resync: their events are posted again (per task: a provisioning
@@ -456,13 +493,7 @@ class ControllerManager(StandIn):
         async with self._wait(path, "PUT"):
             return self._update(plural, obj, changes, status=status)
 
-    async def _operation(
-        self,
-        name: str,
-        plural: str,
-        key: tuple[str, str],
-        work: Callable[[], Awaitable[None]],
-    ) -> None:
+    async def _operation(self, name: str, plural: str, key: Key, work: Work) -> None:
         """Work KCM does in a goroutine of its own (`scheduleOperation`, the attach/detach
         controller's operation executor): one at a time per name, the worker going on at
         once. Without a model: done here and now, as part of the pass."""
@@ -471,13 +502,8 @@ class ControllerManager(StandIn):
         else:
             self._start(name, plural, key, work)
 
-    def _start(
-        self,
-        name: str,
-        plural: str,
-        key: tuple[str, str],
-        work: Callable[[], Awaitable[None]],
-    ) -> None:
+    def _start(self, name: str, plural: str, key: Key, work: Work) -> None:
+        """`work` as a task of its own, unless one of that name runs (with a model only)."""
         if name in self._operations:  # goroutinemap: already running, skipped
             return
 

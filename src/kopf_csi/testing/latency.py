@@ -10,6 +10,12 @@ others meanwhile. Writes to one object are serialised, as etcd serialises them: 
 for the previous write to the same object, then for its own duration. Writes to different
 objects, and reads, overlap freely. Watches are not delayed.
 
+The model is the server's, not HTTP's: the clients that write through the Python-level API
+take the same time when the cluster has a model, through `Latency.request` with an
+`ObjectPath`: the KCM stand-in (``kcm.py``: each controller's worker waits for its writes, as
+KCM's do) and the benchmark's client (its claims' POSTs and DELETEs, 50 at a time, as the real
+test client's 50 threads).
+
 Durations are drawn from a log-normal distribution around each mean (a loaded server has a
 tail), from a seeded generator, so two runs of one model draw the same sequence.
 
