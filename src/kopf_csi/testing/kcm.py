@@ -276,10 +276,12 @@ class ControllerManager(StandIn):
                 else:
                     await self._pass()
         finally:
-            for task in [*workers, *self._operations.values()]:
-                task.cancel()
             if resync is not None:
                 resync.cancel()
+            tasks = [*workers, *self._operations.values()]  # writes not landed yet: dropped
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _resync(self) -> None:
         assert self.resync_period is not None
