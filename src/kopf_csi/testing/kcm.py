@@ -145,7 +145,7 @@ class _Lane:
 
     plural: str
     sync: Callable[[Body], Awaitable[None]] | None  # None: the scheduler and attach/detach
-    keys: dict[tuple[str, str], bool] = dataclasses.field(default_factory=dict)
+    keys: dict[Key, bool] = dataclasses.field(default_factory=dict)
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     busy: bool = False
 
@@ -361,7 +361,7 @@ class ControllerManager(StandIn):
                 return volume
         return None
 
-    def _take_dirty(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]], bool]:
+    def _take_dirty(self) -> tuple[list[Key], list[Key], bool]:
         """The claims and volumes changed since the last take (all after a resync), and
         whether it is a resync."""
         resyncing, self._resync_due = self._resync_due, False
@@ -396,11 +396,7 @@ class ControllerManager(StandIn):
                 yield step(self._step, PVS, key, self._sync_volume_protection)
 
     async def _step(
-        self,
-        plural: str,
-        key: tuple[str, str],
-        fn: Callable[[Body], Awaitable[None]],
-        resyncing: bool = False,
+        self, plural: str, key: Key, fn: Callable[[Body], Awaitable[None]], resyncing: bool = False
     ) -> None:
         obj = self._cache[plural].get(key)
         if obj is None:
@@ -413,7 +409,7 @@ class ControllerManager(StandIn):
         finally:
             _RESYNCING.reset(token)
 
-    def _failed(self, what: str, plural: str, key: tuple[str, str], error: Exception) -> None:
+    def _failed(self, what: str, plural: str, key: Key, error: Exception) -> None:
         if isinstance(error, StatusError):
             log.warning("kcm stand-in: %s %s: %s", what, key[1], error)
         else:  # a bug of ours: said loudly, and the rest of the pass goes on
