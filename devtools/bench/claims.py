@@ -28,7 +28,7 @@ from devtools.bench.environment import (
     run_config,
     wait_until,
 )
-from devtools.bench.phases import burst, phase_figures, rate, status_line, take_mark
+from devtools.bench.phases import client_burst, phase_figures, rate, status_line, take_mark
 from devtools.bench.progress import Progress
 from kopf_csi import heap, names
 from kopf_csi.testing.kcm import PV_CONTROLLER
@@ -135,7 +135,7 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
             what=lambda: f"claims {len(uids)}/{n}  PVs {len(timeline.volume_created)}  Bound",
         )  # fmt: skip
         async with progress.showing(status):
-            await burst(range(n), create)
+            await client_burst(env, "POST", range(n), create)
             await wait_until(lambda: len(timeline.bound) >= n, timeout, f"{n} claims to be Bound")
             await env.settle()
         provision = phase_figures(
@@ -185,7 +185,7 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
             what=lambda: f"claims deleted {len(deleted)}/{n}  PVs gone",
         )  # fmt: skip
         async with progress.showing(status):
-            await burst(claim_names, delete_one)
+            await client_burst(env, "DELETE", claim_names, delete_one, name=lambda name: name)
             await wait_until(
                 lambda: all(u in timeline.volume_deleted for u in uids),
                 timeout,

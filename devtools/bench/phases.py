@@ -1,6 +1,10 @@
 """One measured phase of the claims and attach modes: where it starts (`Mark`), the burst of
 creations or deletions, the progress line while it runs, and its figures at the end.
 
+The claims' burst is sent as the real server's test client sent it (`client_burst`): with the
+cluster's latency model, 50 workers, each POST or DELETE taking the model's time before it
+lands, so that "all Bound" and "all PVs gone" count from the same start as the real figures.
+
 Part of the benchmark (`devtools.bench.running`).
 """
 
@@ -15,9 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from devtools.bench import procfs, report
-from devtools.bench.environment import CHUNK, Env
+from devtools.bench.environment import CHUNK, NAMESPACE, Env
+from kopf_csi.testing.latency import ObjectPath
 
-__all__ = ["Mark", "burst", "phase_figures", "rate", "status_line", "take_mark"]
+__all__ = ["Mark", "burst", "client_burst", "phase_figures", "rate", "status_line", "take_mark"]
+
+CLIENT_THREADS = 50
+"""The real server's test client: 50 threads, each sending its claims' requests one at a time
+(real-apiserver.md, "Burst latency")."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +83,33 @@ async def burst(items: Sequence[Any], act: Callable[[int, Any], None]) -> None:
         act(index, item)
         if index % CHUNK == CHUNK - 1:
             await asyncio.sleep(0)
+
+
+async def client_burst(
+    env: Env,
+    method: str,
+    items: Sequence[Any],
+    act: Callable[[int, Any], None],
+    *,
+    name: Callable[[Any], str | None] = lambda item: None,
+) -> None:
+    """The claims' creation (POST) or deletion (DELETE, of the claim `name(item)`) as the
+    real test client sent them: with a latency model, CLIENT_THREADS workers, each request
+    applied once its time (the model's for the verb, in turn per object) has passed; without
+    one, `burst` (at once)."""
+    latency = env.cluster.latency
+    if not latency.model.enabled:
+        await burst(items, act)
+        return
+    queue = iter(enumerate(items))
+
+    async def worker() -> None:
+        for index, item in queue:  # shared: each item goes to the next free worker
+            path = ObjectPath("persistentvolumeclaims", NAMESPACE, name(item))
+            async with latency.request(method, path, watch=False):
+                act(index, item)
+
+    await asyncio.gather(*(worker() for _ in range(CLIENT_THREADS)))
 
 
 def rate(count: int, seconds: float) -> float:

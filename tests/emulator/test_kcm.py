@@ -24,6 +24,7 @@ from kopf_csi.testing.kcm import (
     ControllerManager,
     attachment_name,
 )
+from kopf_csi.testing.latency import LatencyModel
 
 pytestmark = pytest.mark.usefixtures("kcm")
 
@@ -304,6 +305,12 @@ def kcm_writes(cluster: EmulatedCluster) -> dict[tuple[str, str], int]:
 async def test_a_provisioned_volume_gets_the_real_servers_writes_and_watch_events(
     cluster: EmulatedCluster, kcm: ControllerManager
 ) -> None:
+    await a_volume_gets_the_real_servers_writes_and_watch_events(cluster, kcm)
+
+
+async def a_volume_gets_the_real_servers_writes_and_watch_events(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
     # real-apiserver.md, "Watch traffic per volume": KCM updates (PUT) the claim twice and its
     # status once, and the PV's status, while a volume is provisioned; on deletion it updates
     # the PV's status (Released), and each protection controller updates its object once.
@@ -321,6 +328,9 @@ async def test_a_provisioned_volume_gets_the_real_servers_writes_and_watch_event
             ("update", f"{PVCS}/status"): 1,
             ("update", f"{PVS}/status"): 1,
         }
+        assert events(cluster, created) == [
+            ("Normal", "ExternalProvisioning", EXTERNAL_PROVISIONING)
+        ]
         cluster.writes.clear()
 
         cluster.delete(PVCS, "default", "data")
@@ -383,11 +393,11 @@ async def test_an_object_that_fails_is_synced_again_and_the_pass_goes_on(
     await kcm.settled()
     original, failed = kcm._sync_claim, []
 
-    def flaky(obj: dict[str, Any]) -> None:
+    async def flaky(obj: dict[str, Any]) -> None:
         if obj["metadata"]["name"] == "a" and not failed:
             failed.append(obj["metadata"]["name"])
             raise RuntimeError("a bug")
-        original(obj)
+        await original(obj)
 
     monkeypatch.setattr(kcm, "_sync_claim", flaky)
     claim(cluster, "a", storageClassName="fast")
@@ -414,11 +424,83 @@ async def test_a_pass_syncs_what_changed_not_the_whole_cluster(
     for method in ("_sync_claim", "_sync_volume"):
         original = getattr(kcm, method)
 
-        def spy(obj: dict[str, Any], original: Any = original) -> None:
+        async def spy(obj: dict[str, Any], original: Any = original) -> None:
             synced.append(obj["metadata"]["name"])
-            original(obj)
+            await original(obj)
 
         monkeypatch.setattr(kcm, method, spy)
     cluster.patch(PVCS, "default", "data-7", {"metadata": {"labels": {"app": "x"}}})
     await kcm.settled()
     assert sorted(set(synced)) == ["data-7", "pvc-7"]
+
+
+# --- With a latency model: KCM's workers, each write taking its time ---------------------
+
+
+async def test_with_a_latency_model_the_claim_worker_binds_one_claim_at_a_time() -> None:
+    """pv_controller_base.go runs one claim worker, and `bind` makes its writes one blocking
+    round trip after the other: N claims' last status writes cannot land sooner than N times
+    one write's duration after their volumes appear (side by side: once)."""
+    n, seconds = 4, 0.15
+    model = LatencyModel(means={f"PUT {PVCS}/status": seconds})
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
+        assert kcm.timed
+        storage_class(cluster, "fast")
+        claims = [claim(cluster, f"data-{i}", storageClassName="fast") for i in range(n)]
+        await until(cluster, lambda: all(GA in annotations(cluster, c) for c in _names(claims)))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for i, created in enumerate(claims):
+            volume(cluster, f"pvc-{i}", claim=created)
+        await until(cluster, lambda: all(phase("Bound")(c) for c in cluster.objects(PVCS)))
+        assert loop.time() - started >= n * seconds  # in turn (side by side: about 0.15 s)
+        await kcm.settled()
+        assert kcm_writes(cluster)[("update", f"{PVCS}/status")] == n
+
+
+async def test_with_a_latency_model_provisioning_requests_go_out_side_by_side() -> None:
+    """provisionClaim hands the annotations' update to an operation of its own
+    (scheduleOperation: a goroutine per claim), so N claims' annotations overlap."""
+    n, seconds = 4, 0.5
+    model = LatencyModel(means={f"PUT {PVCS}": seconds})
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster):
+        storage_class(cluster, "fast")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        claims = [claim(cluster, f"data-{i}", storageClassName="fast") for i in range(n)]
+        await until(cluster, lambda: all(GA in annotations(cluster, c) for c in _names(claims)))
+        waited = loop.time() - started
+        assert seconds <= waited < n * seconds - 0.5  # each its own time, together (not 2 s)
+        await until(cluster, lambda: all(events(cluster, c) for c in claims))
+
+
+async def test_with_a_latency_model_a_volume_gets_the_same_writes() -> None:
+    """The workers and operations change when KCM's writes land, not which: a claim's
+    provisioning, binding, release and both protection finalizers, as without a model."""
+    model = LatencyModel(write=0.02, read=0.01)
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
+        await a_volume_gets_the_real_servers_writes_and_watch_events(cluster, kcm)
+
+
+async def test_without_a_latency_model_a_pass_binds_every_claim_at_once(
+    cluster: EmulatedCluster, kcm: ControllerManager
+) -> None:
+    """No model (every other test): no workers, and a pass is atomic, as before: the
+    bindings of all the claims whose volumes appeared together reach a watcher in one batch."""
+    assert not kcm.timed
+    storage_class(cluster, "fast")
+    claims = [claim(cluster, f"data-{i}", storageClassName="fast") for i in range(4)]
+    await until(cluster, lambda: all(GA in annotations(cluster, c) for c in _names(claims)))
+    await kcm.settled()
+    with cluster.subscribe(PVCS) as feed:
+        for i, created in enumerate(claims):
+            volume(cluster, f"pvc-{i}", claim=created)
+        batches = []
+        while len(bound := [c for b in batches for c in b if phase("Bound")(c.object)]) < 4:
+            batches.append(await feed.batch())
+    assert len({id(b) for b in batches for c in b if phase("Bound")(c.object)}) == 1
+    assert len(bound) == 4
+
+
+def _names(claims: list[dict[str, Any]]) -> list[str]:
+    return [c["metadata"]["name"] for c in claims]

@@ -53,19 +53,58 @@ per batch made the stand-in's cost grow with the cluster: 13-27 ms per pass with
 during which the emulated API served nobody. The scheduler and the attach/detach controller
 still look at every pod. Writes go through the emulator's Python API; their changes come back
 as the next batch, and a pass that writes nothing ends the cycle.
+
+With a latency model (the cluster's ``latency``, ``testing/latency.py``; decided when the
+stand-in is made, so every test without one runs the passes above, unchanged), KCM's requests
+take the real server's time, and its controllers work side by side as the real ones do. Each
+write waits its drawn duration (by verb and resource, after the previous write to the same
+object, the HTTP requests' own order) and is applied at its end, as a blocking client-go
+round trip; a stale copy then loses with a 409, as the real one's does. Who waits for whom,
+as read in kubernetes/kubernetes:
+
+- pv_controller_base.go ``Run``: one ``claimWorker`` and one ``volumeWorker`` goroutine, each
+  taking one key at a time off its queue (the queue's comment: one worker each, ``syncClaim``
+  is not reentrant). ``bind`` (pv_controller.go) runs in the claim worker: the PV's claimRef
+  if needed, the PV's status, the claim's volumeName and annotations, the claim's status,
+  each ``Update`` waiting for the one before. So N claims bind one after the other.
+- pv_controller.go ``provisionClaim`` hands ``provisionClaimOperationExternal`` (the update
+  that sets both storage-provisioner annotations, then the ``ExternalProvisioning`` event) to
+  ``scheduleOperation``: a goroutine per claim (goroutinemap: one at a time per claim, a
+  second request while it runs is skipped), so the claim worker goes on at once and the
+  annotations of a burst go out side by side. Deletion of a volume (``reclaimVolume``) is such
+  an operation too; for an external provisioner it only reads, so it is left out here.
+- ``syncVolume``, for a claim it finds in neither cache, asks the API server (a GET, in the
+  volume worker) before it marks the volume Released: that read waits its time too.
+- The protection controllers run with ``Run(ctx, 1)`` (cmd/kube-controller-manager, core.go):
+  one worker each, so claims' and volumes' finalizers go one at a time. (pvc-protection's live
+  list of pods, one per namespace batch, is left out.)
+- Events go through client-go's broadcaster, which posts them from its own goroutine: nobody
+  waits for them; each lands after its own time.
+- The scheduler's selected-node and the attach/detach controller share one worker here; the
+  VolumeAttachments' creation and deletion are operations of their own (the attach/detach
+  controller's operation executor runs one goroutine per volume).
+
+Left out: KCM's client-side rate limiter (``--kube-api-qps``, per controller client), and any
+dependence of a request's duration on how many are in flight: the model's means are the real
+server's averages over a whole burst.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import dataclasses
 import datetime
 import functools
 import hashlib
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, StatusError, Subscription
+from kopf_csi.testing.latency import ObjectPath
 from kopf_csi.testing.standins import StandIn
 
 __all__ = ["ControllerManager", "attachment_name"]
@@ -82,13 +121,33 @@ ANN_DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 FINALIZER_PVC_PROTECTION = "kubernetes.io/pvc-protection"
 FINALIZER_PV_PROTECTION = "kubernetes.io/pv-protection"
 PV_CONTROLLER = "persistentvolume-controller"
-PVCS, PVS = "persistentvolumeclaims", "persistentvolumes"
+PVCS, PVS, VAS = "persistentvolumeclaims", "persistentvolumes", "volumeattachments"
 
 _EXTERNAL_PROVISIONING = (
     "Waiting for a volume to be created either by the external provisioner '{}' or manually by "
     "the system administrator. If volume creation is delayed, please verify that the "
     "provisioner is running and correctly registered."
 )  # pv_controller.go provisionClaimOperationExternal, verbatim
+
+
+Key = tuple[str, str]  # namespace ("" for a cluster-scoped object), name
+Work = Callable[[], Awaitable[None]]
+
+_RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
+"""Syncing claims for a resync: their events are posted again (per task: a provisioning
+operation started by a resync's sync posts again too)."""
+
+
+@dataclasses.dataclass
+class _Lane:
+    """One of KCM's workers, with a latency model: its queue of keys (each with "is it a
+    resync"), synced one at a time, and whether it is busy with one."""
+
+    plural: str
+    sync: Callable[[Body], Awaitable[None]] | None  # None: the scheduler and attach/detach
+    keys: dict[Key, bool] = dataclasses.field(default_factory=dict)
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    busy: bool = False
 
 
 def attachment_name(volume_handle: str, driver: str, node: str) -> str:
@@ -177,30 +236,52 @@ class ControllerManager(StandIn):
         self._dirty_volumes: set[tuple[str, str]] = set()
         self._everything = True  # the first pass looks at everything listed
         self._resync_due = False
-        self._resyncing = False  # syncing claims for a resync: their events are posted again
         self._emitted: dict[tuple[str, str, str], tuple[str, str, int]] = {}
         self._attachments: set[str] = set()  # VA names this attach/detach controller created
         # claim key -> the volumes whose claimRef names it (in the order they did)
         self._claimed: dict[tuple[str, str], dict[tuple[str, str], None]] = {}
         self._passed = asyncio.Event()
+        self.timed = cluster.latency.model.enabled
+        """The cluster has a latency model (`testing/latency.py`): each write of ours waits its
+        duration, and the controllers work side by side as KCM's workers do (`_lanes`)."""
+        self._lanes: dict[str, _Lane] = {}
+        self._operations: dict[str, asyncio.Task[None]] = {}
+        self._sent = itertools.count()
 
     async def settled(self) -> None:
-        """Wait until every change committed so far has been through a pass."""
+        """Wait until every change committed so far has been through a pass (with a latency
+        model: through the workers, and every write of theirs has landed)."""
         # A pass drains the feed, so an empty feed and no pass running means "all seen".
-        while self._feed is not None and (self._feed.pending or self._lock.locked()):
+        while self._feed is not None and (
+            self._feed.pending
+            or self._lock.locked()
+            or self._operations
+            or any(lane.keys or lane.busy for lane in self._lanes.values())
+        ):
             self._passed.clear()
             await self._passed.wait()
 
     async def _run(self, feed: Subscription) -> None:
         resync = None if self.resync_period is None else asyncio.create_task(self._resync())
+        workers = [
+            asyncio.create_task(self._work(lane), name=f"kcm-{name}")
+            for name, lane in self._timed_lanes().items()
+        ]
         try:
             while changes := await feed.batch():
                 for change in changes:
                     self._observe(change)
-                await self._pass()
+                if self.timed:
+                    self._dispatch()
+                else:
+                    await self._pass()
         finally:
             if resync is not None:
                 resync.cancel()
+            tasks = [*workers, *self._operations.values()]  # writes not landed yet: dropped
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _resync(self) -> None:
         assert self.resync_period is not None
@@ -213,13 +294,16 @@ class ControllerManager(StandIn):
         posted again), as KCM's PV controller does every ``--pvclaimbinder-sync-period``."""
         self.resyncs += 1
         self._resync_due = True
-        await self._pass()
+        if self.timed:
+            self._dispatch()
+        else:
+            await self._pass()
 
     async def _pass(self) -> None:
         async with self._lock:
             try:
                 for done, step in enumerate(self._steps(), 1):
-                    step()
+                    await step()  # without a latency model, nothing in it waits: atomic
                     if self.yield_every and done % self.yield_every == 0:
                         await asyncio.sleep(0)  # the API serves others, as KCM is elsewhere
             except Exception:  # a controller logs and carries on; the next change retries
@@ -277,11 +361,9 @@ class ControllerManager(StandIn):
                 return volume
         return None
 
-    def _steps(self) -> Iterator[Callable[[], None]]:
-        """A pass, one object at a time (each read from the cache when its turn comes): the PV
-        and protection controllers over what changed since the last pass (everything after a
-        resync), the scheduler and the attach/detach controller over every pod."""
-        self.passes += 1
+    def _take_dirty(self) -> tuple[list[Key], list[Key], bool]:
+        """The claims and volumes changed since the last take (all after a resync), and
+        whether it is a resync."""
         resyncing, self._resync_due = self._resync_due, False
         if self._everything or resyncing:
             self._everything = False
@@ -289,6 +371,14 @@ class ControllerManager(StandIn):
             self._dirty_volumes = set(self._cache["persistentvolumes"])
         claims, volumes = sorted(self._dirty_claims), sorted(self._dirty_volumes)
         self._dirty_claims, self._dirty_volumes = set(), set()
+        return claims, volumes, resyncing
+
+    def _steps(self) -> Iterator[Callable[[], Awaitable[None]]]:
+        """A pass, one object at a time (each read from the cache when its turn comes): the PV
+        and protection controllers over what changed since the last pass (everything after a
+        resync), the scheduler and the attach/detach controller over every pod."""
+        self.passes += 1
+        claims, volumes, resyncing = self._take_dirty()
         step = functools.partial
         if self.enabled["scheduler"]:
             yield self._sync_scheduler
@@ -305,23 +395,141 @@ class ControllerManager(StandIn):
             for key in volumes:
                 yield step(self._step, PVS, key, self._sync_volume_protection)
 
-    def _step(
-        self, plural: str, key: tuple[str, str], fn: Callable[[Body], None], resyncing: bool = False
+    async def _step(
+        self, plural: str, key: Key, fn: Callable[[Body], Awaitable[None]], resyncing: bool = False
     ) -> None:
         obj = self._cache[plural].get(key)
         if obj is None:
             return  # deleted meanwhile
-        self._resyncing = resyncing
+        token = _RESYNCING.set(resyncing)
         try:
-            fn(obj)
+            await fn(obj)
         except Exception as error:  # e.g. deleted meanwhile (a 404, a stale 409): next pass
-            if isinstance(error, StatusError):
-                log.warning("kcm stand-in: %s %s: %s", fn.__name__, key[1], error)
-            else:  # a bug of ours: said loudly, and the rest of the pass goes on
-                log.exception("kcm stand-in: %s %s failed", fn.__name__, key[1])
-            (self._dirty_claims if plural == PVCS else self._dirty_volumes).add(key)
+            self._failed(fn.__name__, plural, key, error)
         finally:
-            self._resyncing = False
+            _RESYNCING.reset(token)
+
+    def _failed(self, what: str, plural: str, key: Key, error: Exception) -> None:
+        if isinstance(error, StatusError):
+            log.warning("kcm stand-in: %s %s: %s", what, key[1], error)
+        else:  # a bug of ours: said loudly, and the rest of the pass goes on
+            log.exception("kcm stand-in: %s %s failed", what, key[1])
+        if plural in (PVCS, PVS):
+            (self._dirty_claims if plural == PVCS else self._dirty_volumes).add(key)
+
+    # --- With a latency model: KCM's workers side by side, each write waiting its time -----
+
+    def _timed_lanes(self) -> dict[str, _Lane]:
+        """The workers, as kube-controller-manager runs them (pv_controller_base.go `Run`: one
+        claim worker, one volume worker; the protection controllers' `Run(ctx, 1)`); the
+        scheduler and the attach/detach controller share one. None without a model."""
+        if not self.timed:
+            return {}
+        enabled = self.enabled
+        lanes = {
+            "claims": _Lane(PVCS, self._sync_claim) if enabled["volumes"] else None,
+            "volumes": _Lane(PVS, self._sync_volume) if enabled["volumes"] else None,
+            "claim-protection": (
+                _Lane(PVCS, self._sync_claim_protection) if enabled["protection"] else None
+            ),
+            "volume-protection": (
+                _Lane(PVS, self._sync_volume_protection) if enabled["protection"] else None
+            ),
+            "pods": _Lane("pods", None),
+        }
+        self._lanes = {name: lane for name, lane in lanes.items() if lane is not None}
+        return self._lanes
+
+    def _dispatch(self) -> None:
+        """Queue what changed to every worker that syncs it, and wake them."""
+        claims, volumes, resyncing = self._take_dirty()
+        for lane in self._lanes.values():
+            keys = {PVCS: claims, PVS: volumes}.get(lane.plural, [("", "")])
+            for key in keys:
+                lane.keys[key] = resyncing or lane.keys.get(key, False)
+            lane.wake.set()
+
+    async def _work(self, lane: _Lane) -> None:
+        """One worker: its keys one at a time, in the order queued (a workqueue's)."""
+        while True:
+            await lane.wake.wait()
+            lane.wake.clear()
+            while lane.keys:
+                key = next(iter(lane.keys))
+                resyncing = lane.keys.pop(key)
+                lane.busy = True
+                try:
+                    if lane.sync is not None:
+                        await self._step(lane.plural, key, lane.sync, resyncing=resyncing)
+                        continue
+                    if self.enabled["scheduler"]:
+                        await self._sync_scheduler()
+                    if self.enabled["attachments"]:
+                        await self._sync_attachments()
+                except Exception:  # as `_pass`: said, and the next change retries
+                    log.exception("kcm stand-in: %s worker failed", lane.plural)
+                finally:
+                    lane.busy = False
+            self._passed.set()
+
+    @contextlib.asynccontextmanager
+    async def _wait(self, path: ObjectPath, method: str) -> AsyncIterator[None]:
+        """A request of ours takes its time (the cluster's model, each object's writes in
+        turn, as the HTTP requests'); the write is made inside. None without a model."""
+        if not self.timed:
+            yield
+            return
+        async with self.cluster.latency.request(method, path, watch=False):
+            yield
+
+    async def _timed_update(
+        self, plural: str, obj: Body, changes: Body, *, status: bool = False
+    ) -> Body:
+        """`_update`, once the PUT's time has passed (client-go's blocking `Update`)."""
+        meta = obj["metadata"]
+        path = ObjectPath(plural, meta.get("namespace"), meta["name"], "status" if status else None)
+        async with self._wait(path, "PUT"):
+            return self._update(plural, obj, changes, status=status)
+
+    async def _operation(self, name: str, plural: str, key: Key, work: Work) -> None:
+        """Work KCM does in a goroutine of its own (`scheduleOperation`, the attach/detach
+        controller's operation executor): one at a time per name, the worker going on at
+        once. Without a model: done here and now, as part of the pass."""
+        if not self.timed:
+            await work()
+        else:
+            self._start(name, plural, key, work)
+
+    def _start(self, name: str, plural: str, key: Key, work: Work) -> None:
+        """`work` as a task of its own, unless one of that name runs (with a model only)."""
+        if name in self._operations:  # goroutinemap: already running, skipped
+            return
+
+        async def run() -> None:
+            try:
+                await work()
+            except Exception as error:  # as a failed sync: said, and synced again
+                self._failed(name, plural, key, error)
+            finally:
+                del self._operations[name]
+                self._passed.set()
+
+        self._operations[name] = asyncio.create_task(run(), name=f"kcm-{name}")
+
+    def _send(
+        self, method: str, namespace: str | None, name: str | None, write: Callable[[], Body]
+    ) -> None:
+        """An event, which client-go's broadcaster posts from its own goroutine: nobody
+        waits for it (with a model, it lands after its time)."""
+        if not self.timed:
+            write()
+            return
+
+        async def post() -> None:
+            async with self._wait(ObjectPath("events", namespace, name), method):
+                write()
+
+        self._start(f"event-{next(self._sent)}", "events", (namespace or "", name or ""), post)
 
     # --- Helpers -------------------------------------------------------------------------
 
@@ -348,12 +556,15 @@ class ControllerManager(StandIn):
         key = (meta["uid"], reason, message)
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if (posted := self._emitted.get(key)) is not None:
-            if not self._resyncing:
+            if not _RESYNCING.get():
                 return
             namespace, name, count = posted
             self._emitted[key] = (namespace, name, count + 1)
             repeat = {"count": count + 1, "lastTimestamp": now}
-            self.cluster.patch("events", namespace, name, repeat, manager=self.manager)
+            patch = functools.partial(
+                self.cluster.patch, "events", namespace, name, repeat, manager=self.manager
+            )
+            self._send("PATCH", namespace, name, patch)
             return
         reference = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"]}
         reference.update(uid=meta["uid"], resourceVersion=meta["resourceVersion"])
@@ -373,12 +584,17 @@ class ControllerManager(StandIn):
             "lastTimestamp": now,
             "count": 1,
         }
-        self.cluster.create("events", event, manager=self.manager)
+        self._send(
+            "POST",
+            namespace,
+            None,
+            functools.partial(self.cluster.create, "events", event, manager=self.manager),
+        )
         self._emitted[key] = (namespace, name, 1)
 
     # --- Scheduler: selected-node --------------------------------------------------------
 
-    def _sync_scheduler(self) -> None:
+    async def _sync_scheduler(self) -> None:
         for (namespace, _), pod in list(self._cache["pods"].items()):
             node = _spec(pod).get("nodeName")
             if not node or not _pod_active(pod):
@@ -393,26 +609,26 @@ class ControllerManager(StandIn):
                     continue
                 if ANN_SELECTED_NODE not in _annotations(claim):
                     changes = {"metadata": {"annotations": {ANN_SELECTED_NODE: node}}}
-                    self._update("persistentvolumeclaims", claim, changes)
+                    await self._timed_update("persistentvolumeclaims", claim, changes)
 
     # --- PV controller -------------------------------------------------------------------
 
-    def _sync_claim(self, claim: Body) -> None:
+    async def _sync_claim(self, claim: Body) -> None:
         if _meta(claim).get("deletionTimestamp"):
             return
         if ANN_BIND_COMPLETED in _annotations(claim):
-            self._sync_bound_claim(claim)
+            await self._sync_bound_claim(claim)
         elif _spec(claim).get("volumeName"):
-            self._sync_claim_for_named_volume(claim)
+            await self._sync_claim_for_named_volume(claim)
         else:
-            self._sync_unbound_claim(claim)
+            await self._sync_unbound_claim(claim)
 
-    def _sync_unbound_claim(self, claim: Body) -> None:
+    async def _sync_unbound_claim(self, claim: Body) -> None:
         volume = self._prebound_volume(claim)
         if volume is not None:
-            self._bind(volume, claim)
+            await self._bind(volume, claim)
             return
-        if _spec(claim).get("storageClassName") is None and self._assign_default_class(claim):
+        if _spec(claim).get("storageClassName") is None and await self._assign_default_class(claim):
             return
         if not _spec(claim).get("storageClassName"):
             message = "no persistent volumes available for this claim and no storage class is set"
@@ -429,9 +645,15 @@ class ControllerManager(StandIn):
         provisioner = storage_class.get("provisioner", "")
         if provisioner.startswith("kubernetes.io/"):
             return  # in-tree plugins and kubernetes.io/no-provisioner: not ours to emulate
+        # provisionClaim: an operation of its own (scheduleOperation, a goroutine per claim)
+        operation = functools.partial(self._provision_externally, claim, provisioner)
+        await self._operation(f"provision-{_meta(claim)['uid']}", PVCS, _key(claim), operation)
+
+    async def _provision_externally(self, claim: Body, provisioner: str) -> None:
+        """provisionClaimOperationExternal: both annotations, then the event."""
         wanted = {ANN_STORAGE_PROVISIONER: provisioner, ANN_BETA_STORAGE_PROVISIONER: provisioner}
         if any(_annotations(claim).get(key) != value for key, value in wanted.items()):
-            claim = self._update(
+            claim = await self._timed_update(
                 "persistentvolumeclaims", claim, {"metadata": {"annotations": wanted}}
             )
         self._event(
@@ -443,11 +665,13 @@ class ControllerManager(StandIn):
         volume = self._claimed_volume((meta.get("namespace") or "", meta["name"]))
         return volume if volume is not None and _refers_to(volume, claim) else None
 
-    def _assign_default_class(self, claim: Body) -> bool:
+    async def _assign_default_class(self, claim: Body) -> bool:
         for storage_class in self._cache["storageclasses"].values():
             if _annotations(storage_class).get(ANN_DEFAULT_CLASS) == "true":
                 name = storage_class["metadata"]["name"]
-                self._update("persistentvolumeclaims", claim, {"spec": {"storageClassName": name}})
+                await self._timed_update(
+                    "persistentvolumeclaims", claim, {"spec": {"storageClassName": name}}
+                )
                 return True
         return False
 
@@ -475,17 +699,17 @@ class ControllerManager(StandIn):
             )
         self._event(claim, "Normal", reason, message)
 
-    def _sync_claim_for_named_volume(self, claim: Body) -> None:
+    async def _sync_claim_for_named_volume(self, claim: Body) -> None:
         volume = self._volume(_spec(claim)["volumeName"])
         if volume is None:
             return  # the user asked for a volume that does not exist (yet): stay Pending
         if not _spec(volume).get("claimRef") or _refers_to(volume, claim):
-            self._bind(volume, claim)
+            await self._bind(volume, claim)
         else:
             message = f'volume "{volume["metadata"]["name"]}" already bound to a different claim.'
             self._event(claim, "Warning", "FailedBinding", message)
 
-    def _sync_bound_claim(self, claim: Body) -> None:
+    async def _sync_bound_claim(self, claim: Body) -> None:
         volume_name = _spec(claim).get("volumeName")
         volume = self._volume(volume_name) if volume_name else None
         ref = _spec(volume).get("claimRef") if volume is not None else None
@@ -493,27 +717,27 @@ class ControllerManager(StandIn):
             message = (
                 "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!"
             )
-            self._lose(claim, "ClaimLost", message)
+            await self._lose(claim, "ClaimLost", message)
         elif volume is None:
-            self._lose(
+            await self._lose(
                 claim,
                 "ClaimLost",
                 "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
             )
         elif ref is None or ref.get("uid") == _meta(claim)["uid"]:
-            self._bind(volume, claim)
+            await self._bind(volume, claim)
         else:
             message = "Two claims are bound to the same volume, this one is bound incorrectly"
-            self._lose(claim, "ClaimMisbound", message)
+            await self._lose(claim, "ClaimMisbound", message)
 
-    def _lose(self, claim: Body, reason: str, message: str) -> None:
+    async def _lose(self, claim: Body, reason: str, message: str) -> None:
         if _phase(claim) != "Lost":
-            self._update(
+            await self._timed_update(
                 "persistentvolumeclaims", claim, {"status": {"phase": "Lost"}}, status=True
             )
             self._event(claim, "Warning", reason, message)
 
-    def _bind(self, volume: Body, claim: Body) -> None:
+    async def _bind(self, volume: Body, claim: Body) -> None:
         """Volume claimRef, volume phase, claim volumeName and annotations, claim status."""
         meta = _meta(claim)
         ref = _spec(volume).get("claimRef")
@@ -528,9 +752,9 @@ class ControllerManager(StandIn):
             changes: Body = {"spec": {"claimRef": claim_ref}}
             if not bound_to_claim:
                 changes["metadata"] = {"annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}}
-            volume = self._update("persistentvolumes", volume, changes)
+            volume = await self._timed_update("persistentvolumes", volume, changes)
         if _phase(volume) != "Bound":
-            volume = self._update(
+            volume = await self._timed_update(
                 "persistentvolumes", volume, {"status": {"phase": "Bound"}}, status=True
             )
         volume_name = volume["metadata"]["name"]
@@ -545,7 +769,7 @@ class ControllerManager(StandIn):
         if annotations:
             claim_changes["metadata"] = {"annotations": annotations}
         if claim_changes:
-            claim = self._update("persistentvolumeclaims", claim, claim_changes)
+            claim = await self._timed_update("persistentvolumeclaims", claim, claim_changes)
         status: Body = {}
         if (claim.get("status") or {}).get("accessModes") != _spec(volume).get("accessModes"):
             status["accessModes"] = _spec(volume).get("accessModes")
@@ -554,9 +778,11 @@ class ControllerManager(StandIn):
             # can mean a pending filesystem resize).
             status.update(phase="Bound", capacity=_spec(volume).get("capacity"))
         if status:
-            self._update("persistentvolumeclaims", claim, {"status": status}, status=True)
+            await self._timed_update(
+                "persistentvolumeclaims", claim, {"status": status}, status=True
+            )
 
-    def _sync_volume(self, volume: Body) -> None:
+    async def _sync_volume(self, volume: Body) -> None:
         ref = _spec(volume).get("claimRef")
         if not ref or not ref.get("uid"):
             phase = "Available"  # unused, or pre-bound to a claim the claim sync will bind
@@ -565,6 +791,11 @@ class ControllerManager(StandIn):
             if claim is None or claim["metadata"]["uid"] != ref["uid"]:
                 if _phase(volume) in ("Released", "Failed"):
                     return
+                # syncVolume asks the API server before it releases the volume
+                async with self._wait(
+                    ObjectPath(PVCS, ref.get("namespace"), ref.get("name")), "GET"
+                ):
+                    pass
                 phase = "Released"
             elif not _spec(claim).get("volumeName"):
                 return  # the claim sync finishes the binding
@@ -575,12 +806,14 @@ class ControllerManager(StandIn):
             ):
                 phase = "Released"  # provisioned for a claim that got bound elsewhere
             else:
-                self._unbind(volume)
+                await self._unbind(volume)
                 return
         if _phase(volume) != phase:
-            self._update("persistentvolumes", volume, {"status": {"phase": phase}}, status=True)
+            await self._timed_update(
+                "persistentvolumes", volume, {"status": {"phase": phase}}, status=True
+            )
 
-    def _unbind(self, volume: Body) -> None:
+    async def _unbind(self, volume: Body) -> None:
         if ANN_BOUND_BY_CONTROLLER in _annotations(volume):
             changes: Body = {
                 "spec": {"claimRef": None},
@@ -588,12 +821,14 @@ class ControllerManager(StandIn):
             }
         else:
             changes = {"spec": {"claimRef": {"uid": None}}}  # pre-bound by the user: keep the ref
-        volume = self._update("persistentvolumes", volume, changes)
-        self._update("persistentvolumes", volume, {"status": {"phase": "Available"}}, status=True)
+        volume = await self._timed_update("persistentvolumes", volume, changes)
+        await self._timed_update(
+            "persistentvolumes", volume, {"status": {"phase": "Available"}}, status=True
+        )
 
     # --- pvc-protection and pv-protection controllers --------------------------------------
 
-    def _sync_claim_protection(self, claim: Body) -> None:
+    async def _sync_claim_protection(self, claim: Body) -> None:
         meta = _meta(claim)
         if not meta.get("deletionTimestamp"):
             return
@@ -603,13 +838,13 @@ class ControllerManager(StandIn):
             if namespace == meta.get("namespace")
         )
         if not in_use:
-            self._unprotect("persistentvolumeclaims", claim, FINALIZER_PVC_PROTECTION)
+            await self._unprotect("persistentvolumeclaims", claim, FINALIZER_PVC_PROTECTION)
 
-    def _sync_volume_protection(self, volume: Body) -> None:
+    async def _sync_volume_protection(self, volume: Body) -> None:
         if _meta(volume).get("deletionTimestamp") and _phase(volume) != "Bound":
-            self._unprotect("persistentvolumes", volume, FINALIZER_PV_PROTECTION)
+            await self._unprotect("persistentvolumes", volume, FINALIZER_PV_PROTECTION)
 
-    def _unprotect(self, plural: str, obj: Body, finalizer: str) -> None:
+    async def _unprotect(self, plural: str, obj: Body, finalizer: str) -> None:
         """Remove `finalizer` with an update carrying our resourceVersion (a 409 if stale)."""
         meta = _meta(obj)
         finalizers = list(meta.get("finalizers") or [])
@@ -619,29 +854,42 @@ class ControllerManager(StandIn):
             **obj,
             "metadata": {**meta, "finalizers": [f for f in finalizers if f != finalizer]},
         }
-        updated = self.cluster.replace(
-            plural, meta.get("namespace"), meta["name"], body, manager=self.manager
-        )
+        async with self._wait(ObjectPath(plural, meta.get("namespace"), meta["name"]), "PUT"):
+            updated = self.cluster.replace(
+                plural, meta.get("namespace"), meta["name"], body, manager=self.manager
+            )
         if updated["metadata"].get("finalizers"):  # else it is gone: the feed says so
             self._put(plural, updated)
 
     # --- Attach/detach controller --------------------------------------------------------
 
-    def _sync_attachments(self) -> None:
+    async def _sync_attachments(self) -> None:
         desired = dict(self._desired_attachments())
         existing = self._cache["volumeattachments"]
         for name, spec in desired.items():
             if ("", name) not in existing:
                 body = {"metadata": {"name": name}, "spec": spec}
-                self._create("volumeattachments", body)
+                await self._operation(
+                    f"attach-{name}", VAS, ("", name), functools.partial(self._attach, body)
+                )
             self._attachments.add(name)
         for name in sorted(self._attachments - desired.keys()):
             attachment = existing.get(("", name))
             if attachment is None:
                 self._attachments.discard(name)
             elif not _meta(attachment).get("deletionTimestamp"):
-                # the feed updates the cache
-                self.cluster.delete("volumeattachments", None, name, manager=self.manager)
+                detach = functools.partial(self._detach, name)
+                await self._operation(f"detach-{name}", VAS, ("", name), detach)
+
+    async def _attach(self, body: Body) -> None:
+        async with self._wait(ObjectPath(VAS, None, None), "POST"):
+            self._create(VAS, body)
+
+    async def _detach(self, name: str) -> None:
+        async with self._wait(ObjectPath(VAS, None, name), "DELETE"):
+            gone = self.cluster.delete(VAS, None, name, manager=self.manager)
+        if _meta(gone).get("finalizers"):  # else the feed takes it out of the cache
+            self._put(VAS, gone)
 
     def _desired_attachments(self) -> Iterator[tuple[str, Body]]:
         drivers = self._cache["csidrivers"]

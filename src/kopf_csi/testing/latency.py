@@ -10,6 +10,12 @@ others meanwhile. Writes to one object are serialised, as etcd serialises them: 
 for the previous write to the same object, then for its own duration. Writes to different
 objects, and reads, overlap freely. Watches are not delayed.
 
+The model is the server's, not HTTP's: the clients that write through the Python-level API
+take the same time when the cluster has a model, through `Latency.request` with an
+`ObjectPath`: the KCM stand-in (``kcm.py``: each controller's worker waits for its writes, as
+KCM's do) and the benchmark's client (its claims' POSTs and DELETEs, 50 at a time, as the real
+test client's 50 threads).
+
 Durations are drawn from a log-normal distribution around each mean (a loaded server has a
 tail), from a seeded generator, so two runs of one model draw the same sequence.
 
@@ -25,9 +31,11 @@ import dataclasses
 import math
 import random
 from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-__all__ = ["NO_LATENCY", "REAL_SERVER", "Latency", "LatencyModel", "uniform_writes"]
+__all__ = [
+    "NO_LATENCY", "REAL_SERVER", "Latency", "LatencyModel", "ObjectPath", "uniform_writes",
+]  # fmt: skip
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -43,6 +51,16 @@ class Target(Protocol):
     def name(self) -> str | None: ...
     @property
     def subresource(self) -> str | None: ...
+
+
+class ObjectPath(NamedTuple):
+    """A `Target` for a request made without HTTP: the Python-level writes of the in-process
+    controllers and the benchmark's client, timed as if they were sent (`Latency.request`)."""
+
+    plural: str
+    namespace: str | None
+    name: str | None  # None: a create (or a list)
+    subresource: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
