@@ -18,10 +18,19 @@ __all__ = ["OperatorProcess", "OperatorProcessError"]
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 
 
+OPERATOR_PATH_ENV = "KOPF_CSI_BENCH_OPERATOR_PATH"
+"""Directories put before the checkout on the operator's path only: another revision's `src`
+and root (`git archive REV | tar -x -C DIR`, then `DIR/src:DIR`), so that its operator runs
+under this benchmark, emulator and latency model (how the model was checked against the real
+server's figures for f871e19, docs/benchmarks.md)."""
+
+
 def child_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for `python -m devtools.bench.operator`: the checkout first on its path."""
+    """The environment for `python -m devtools.bench.operator`: the checkout first on its path
+    (after `KOPF_CSI_BENCH_OPERATOR_PATH`, if set)."""
     env = dict(os.environ if environ is None else environ)
-    path = [str(CHECKOUT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    first = [p for p in env.get(OPERATOR_PATH_ENV, "").split(os.pathsep) if p]
+    path = [*first, str(CHECKOUT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(path)
     return env
 

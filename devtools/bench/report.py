@@ -368,9 +368,9 @@ def _claim_waits(provision: Mapping[str, Any]) -> list[str]:
         f"    event-loop lag: mean {lag.get('mean_ms', 0):g} ms, p99 {lag.get('p99_ms', 0):g} "
         f"ms, max {lag.get('max_ms', 0):g} ms; worst per 100 ms: "
         + " ".join(f"{v:g}" for v in waits.get("lag_by_100ms", [])),
-        f"    in-flight journal: {journal.get('records', 0)} records in "
-        f"{journal.get('commits', 0)} commits, waited {journal.get('waited_seconds', 0):.3f} s "
-        f"in all (mean {journal.get('mean_wait_ms', 0):g} ms)",
+        f"    in-flight journal: {journal.get('records')} records in "
+        f"{journal.get('commits')} commits, waited {journal.get('waited_seconds')} s "
+        f"in all (mean {journal.get('mean_wait_ms')} ms)",
         f"    claims queue, to a worker: {_tally(waits.get('claims_queue'))}",
         f"    CreateVolume on the driver: {_tally(waits.get('create_volume'), ' calls')}",
         f"    connection pool (limit {waits.get('pool_limit')}): waits "

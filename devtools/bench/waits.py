@@ -113,16 +113,7 @@ class Waits:
             "new_connections": self.connect.summary(),
             "api_requests": self.requests.summary(),
             "pool_limit": connector.limit,
-            "journal": {
-                "records": journal.records,
-                "commits": journal.writes,
-                "waited_seconds": round(journal.waited, 3),
-                "mean_wait_ms": round(journal.waited / journal.records * 1000, 2)
-                if journal.records
-                else 0.0,
-            }
-            if journal is not None
-            else None,
+            "journal": _journal(journal) if journal is not None else None,
             "claims_queue": _histogram(metrics, names.METRIC_QUEUE_LATENCY, "claims"),
             "create_volume": _histogram(metrics, names.METRIC_CSI_OPERATIONS, "CreateVolume"),
             "gc_pauses": [tally.summary() for tally in self.collections],
@@ -133,9 +124,22 @@ class Waits:
         return self.probe.by_bucket(since=since, until=until, width=0.1)
 
 
+def _journal(journal: Any) -> dict[str, Any]:
+    """Records, commits and the time `record` waited (None where an older revision's journal
+    does not count them)."""
+    records = getattr(journal, "records", None)
+    waited = getattr(journal, "waited", None)
+    return {
+        "records": records,
+        "commits": journal.writes,
+        "waited_seconds": None if waited is None else round(waited, 3),
+        "mean_wait_ms": round(waited / records * 1000, 2) if records and waited else None,
+    }
+
+
 def _limiter(api: Any) -> dict[str, Any] | None:
     """Each role's token bucket (`--kube-api-qps`): requests, how many waited, and how long."""
-    limits = api.limits
+    limits = getattr(api, "limits", None)  # an older revision's client has none
     if limits is None:
         return None
     return {manager: bucket.summary() for manager, bucket in sorted(limits.buckets.items())}

@@ -133,6 +133,10 @@ _EXTERNAL_PROVISIONING = (
 Key = tuple[str, str]  # namespace ("" for a cluster-scoped object), name
 Work = Callable[[], Awaitable[None]]
 
+_IN_OPERATION = contextvars.ContextVar("kcm_in_operation", default=False)
+"""Running in a per-object operation of its own (a goroutine in KCM: `scheduleOperation`),
+not in one of the workers that write one object at a time (`LatencyModel.sequential`)."""
+
 _RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
 """Syncing claims for a resync: their events are posted again (per task: a provisioning
 operation started by a resync's sync posts again too)."""
@@ -479,7 +483,8 @@ class ControllerManager(StandIn):
         if not self.timed:
             yield
             return
-        async with self.cluster.latency.request(method, path, watch=False):
+        sequential = not _IN_OPERATION.get()
+        async with self.cluster.latency.request(method, path, watch=False, sequential=sequential):
             yield
 
     async def _timed_update(
@@ -506,6 +511,7 @@ class ControllerManager(StandIn):
             return
 
         async def run() -> None:
+            _IN_OPERATION.set(True)
             try:
                 await work()
             except Exception as error:  # as a failed sync: said, and synced again
