@@ -119,10 +119,8 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
     assert report["other_clients"] == {}  # the bench and the KCM stand-in use no HTTP
     assert report["driver_volumes_left"] == 0
     assert report["operator_events"].get("ProvisioningSucceeded") == 20
-    assert [t["name"] for t in report["targets"]] == [
-        "API writes per provisioned volume",
-        "operator CPU per provisioned volume",
-    ]
+    # The old "< 3 ms per volume" is judged on the old clock only (`--latency none --no-tls`).
+    assert [t["name"] for t in report["targets"]] == ["API writes per provisioned volume"]
     assert all(isinstance(t["ok"], bool) for t in report["targets"])
 
     text = format_claims(report)
