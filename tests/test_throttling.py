@@ -3,6 +3,8 @@
 We test these aspects:
 - the token bucket (pure): a burst goes at once, then one request per 1/qps seconds, first
   come first served; idle time refills it up to the burst and no further; bad limits refused;
+- a request that may give way (an event) takes a token only when one is there, so the role's
+  other requests go first; the limit itself is the same;
 - the API client: each role (field manager) has a bucket of its own, as each Go sidecar's
   client has; requests beyond the burst wait for their turn; a client without limits never
   waits;
@@ -41,6 +43,17 @@ def test_idle_time_refills_up_to_the_burst_and_no_further() -> None:
     assert bucket.reserve(60.0) == 0.0  # a minute idle: a whole burst again, not 600
     assert bucket.reserve(60.0) == 0.0
     assert bucket.reserve(60.0) == pytest.approx(0.1)
+
+
+def test_a_request_that_gives_way_takes_only_a_token_that_is_there() -> None:
+    bucket = TokenBucket(qps=10.0, burst=1)
+    assert bucket.reserve_spare(0.0) == 0.0  # the burst's token
+    assert bucket.reserve_spare(0.0) == pytest.approx(0.1)  # none: asks again in 0.1 s
+    assert bucket.reserve(0.05) == pytest.approx(0.05)  # meanwhile another reserves it
+    assert bucket.reserve_spare(0.1) == pytest.approx(0.1)  # so it waits one token more
+    assert bucket.reserve_spare(0.2, waited=0.2) == 0.0
+    assert (bucket.requests, bucket.delayed) == (3, 2)
+    assert bucket.waited == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize(("qps", "burst"), [(0.0, 1), (-1.0, 1), (1.0, 0)])
@@ -104,3 +117,22 @@ async def test_a_long_wait_is_logged_with_what_to_change(kubeconfig: pathlib.Pat
     assert line["waiting"] == pytest.approx(2.0, abs=0.05)
     assert line["request"].startswith("GET /api/v1/namespaces/default/configmaps/c-")
     assert "--kube-api-qps" in line["hint"]
+
+
+async def test_events_give_way_to_the_work_they_report(kubeconfig: pathlib.Path) -> None:
+    async with await kube.KubeClient.connect(kubeconfig, qps=2.0, burst=1) as api:
+        events = api.giving_way()
+        assert events.gives_way
+        assert events.manager == api.manager
+        await api.get(kube.CONFIGMAPS, "first", "default")  # the burst is spent
+        done: list[str] = []
+
+        async def get(client: kube.KubeClient, name: str) -> None:
+            await client.get(kube.CONFIGMAPS, name, "default")
+            done.append(name)
+
+        spare = asyncio.create_task(get(events, "event"))
+        await asyncio.sleep(0.05)  # the event asked first, the work asks 0.45 s before its turn
+        await get(api, "work")
+        await spare
+        assert done == ["work", "event"]

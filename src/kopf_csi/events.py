@@ -9,7 +9,10 @@ the event and returns. An operation never waits for its events (in a burst of 10
 claim's `Provisioning` POST waited behind the other 99 before the claim could go on), and a
 failure is logged and lost, never the operation's. `SENDERS` senders per recorder post them,
 each one event at a time, an object's events always by the same sender: every object's events
-arrive in the order they were posted. At most `MAX_QUEUED` events wait; more are dropped with
+arrive in the order they were posted. When the role's API rate limit is reached
+(`--kube-api-qps`), events give way: the role's other requests take the tokens first
+(`kube.KubeClient.giving_way`), so the work is not held up by the events reporting it. At most
+`MAX_QUEUED` events wait; more are dropped with
 a warning (client-go drops beyond 1,000; one sender, as client-go has, fell behind a burst of
 1,000 claims and dropped 40 % of their events). `flush_all` posts what is queued before the
 API closes.
@@ -103,7 +106,7 @@ class Recorder:
     """Posts events about objects through `kube.KubeClient`."""
 
     def __init__(self, api: kube.KubeClient, *, component: str) -> None:
-        self.api = api
+        self.api = api.giving_way()  # rate-limited: the work goes first, its events after
         self.component = component
         self.host = socket.gethostname()
         self._posted: dict[tuple[str, str, str, str], _Posted] = {}

@@ -372,11 +372,17 @@ class KubeClient:
     """
 
     def __init__(
-        self, api: Any, *, manager: str = DEFAULT_MANAGER, limits: Limits | None = None
+        self,
+        api: Any,
+        *,
+        manager: str = DEFAULT_MANAGER,
+        limits: Limits | None = None,
+        gives_way: bool = False,
     ) -> None:
         self._api = api
         self.manager = manager
         self.limits = limits
+        self.gives_way = gives_way
         self._bucket = limits.bucket(manager) if limits is not None else None
         self._headers = {"Accept": "application/json", "User-Agent": user_agent(manager)}
         # kubernetes-asyncio lets its default headers win over a request's: drop its own
@@ -391,6 +397,12 @@ class KubeClient:
     def as_manager(self, manager: str) -> KubeClient:
         """The same connection, writing as `manager` (e.g. `csi-provisioner`)."""
         return KubeClient(self._api, manager=manager, limits=self.limits)
+
+    def giving_way(self) -> KubeClient:
+        """The same client, whose requests give way to this role's others when its rate limit
+        is reached (`throttling.TokenBucket.reserve_spare`): for events, which report work and
+        should not hold it up. Same limit, same bucket; only the order changes."""
+        return KubeClient(self._api, manager=self.manager, limits=self.limits, gives_way=True)
 
     @classmethod
     async def connect(
@@ -617,8 +629,17 @@ class KubeClient:
         bucket = self._bucket
         if bucket is None:
             return
-        now = asyncio.get_running_loop().time()
-        delay = bucket.reserve(now)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self.gives_way:
+            started = now
+            while delay := bucket.reserve_spare(now, waited=now - started):
+                await asyncio.sleep(delay)
+                now = loop.time()
+            delay = now - started  # waited already: only the report is left
+            now = started
+        else:
+            delay = bucket.reserve(now)
         if delay <= 0:
             return
         if bucket.report_due(now, delay):
@@ -631,7 +652,8 @@ class KubeClient:
                 burst=bucket.burst,
                 hint="raise --kube-api-qps and --kube-api-burst to send more",
             )
-        await asyncio.sleep(delay)
+        if not self.gives_way:
+            await asyncio.sleep(delay)
 
     async def _request(
         self,

@@ -6,6 +6,10 @@ each request takes one, and a request that finds none waits until its token is d
 wait in the order they came: each reservation is counted against the tokens to come, so the
 tenth waiter in line waits ten tokens' time, not one.
 
+A request that may give way (an event: the work it reports matters more) takes a token only
+when one is there (`reserve_spare`), and otherwise tries again when one will be: requests that
+cannot give way reserve meanwhile and go first. The limit is the same; only the order changes.
+
 A request that waited over `LONG_WAIT` is worth a log line (client-go logs "Waited for ... due
 to client-side throttling" then, at most once every 10 s at its default verbosity):
 `report_due` says when, at most once per `REPORT_INTERVAL`.
@@ -53,19 +57,38 @@ class TokenBucket:
 
     def reserve(self, now: float) -> float:
         """Take a token at `now` (monotonic seconds); the seconds to wait before sending."""
-        if self.stamp is not None and now > self.stamp:
-            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.qps)
-        if self.stamp is None or now > self.stamp:
-            self.stamp = now
+        self._refill(now)
         self.tokens -= 1.0
         self.requests += 1
         if self.tokens >= 0.0:
             return 0.0
         delay = -self.tokens / self.qps
-        self.delayed += 1
-        self.waited += delay
-        self.longest = max(self.longest, delay)
+        self._count_wait(delay)
         return delay
+
+    def reserve_spare(self, now: float, *, waited: float = 0.0) -> float:
+        """Take a token at `now` only if one is there: 0.0 when taken. Otherwise nothing is
+        taken, and the result is the seconds until one will be (if nobody reserves it first):
+        the caller waits that long and asks again, `waited` being its wait so far."""
+        self._refill(now)
+        if self.tokens < 1.0:
+            return (1.0 - self.tokens) / self.qps
+        self.tokens -= 1.0
+        self.requests += 1
+        if waited > 0:
+            self._count_wait(waited)
+        return 0.0
+
+    def _refill(self, now: float) -> None:
+        if self.stamp is not None and now > self.stamp:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.qps)
+        if self.stamp is None or now > self.stamp:
+            self.stamp = now
+
+    def _count_wait(self, seconds: float) -> None:
+        self.delayed += 1
+        self.waited += seconds
+        self.longest = max(self.longest, seconds)
 
     def report_due(self, now: float, delay: float) -> bool:
         """Whether a request that must wait `delay` seconds from `now` should be logged: a
