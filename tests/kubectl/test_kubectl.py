@@ -6,7 +6,8 @@ the default handler modules. We test these aspects:
 - `kubectl apply -f` with validation on (kubectl's default): the examples' StorageClasses,
   CSIDriver, claims, Pod, VolumeSnapshotClass and VolumeSnapshot are accepted; a misspelt
   field is refused by the server with the real text, on create and on a re-apply, and nothing
-  is written; `--validate=warn` writes and warns;
+  is written; `--validate=warn` writes and warns, `--validate=false` writes silently, and
+  both store the claim without the field, as the real server drops it;
 - discovery: `get pvc,pv,volumeattachments -A` and the short names vs, vsc, vsclass, sc work;
   `va` fails as on a real server, which has no such short name;
 - the columns of `get pvc`, `get pv`, `get volumeattachments`, `get sc` and `get vs`, with
@@ -169,6 +170,18 @@ async def test_apply_refuses_a_misspelt_field(
     _, out, err = await kubectl("apply", "--validate=warn", "-f", str(typo))
     assert out.strip() == "persistentvolumeclaim/warned created"
     assert err.strip() == 'Warning: unknown field "spec.storageClassNmae"'
+    # Written as the real server writes it: without the field it does not know.
+    warned = cluster.get("persistentvolumeclaims", "default", "warned")
+    assert warned is not None
+    assert "storageClassNmae" not in warned["spec"]
+
+    claim["metadata"]["name"] = "ignored"
+    typo.write_text(yaml.safe_dump(claim))
+    _, out, err = await kubectl("apply", "--validate=false", "-f", str(typo))
+    assert (out.strip(), err.strip()) == ("persistentvolumeclaim/ignored created", "")
+    ignored = cluster.get("persistentvolumeclaims", "default", "ignored")
+    assert ignored is not None
+    assert "storageClassNmae" not in ignored["spec"]
 
 
 async def test_get_by_short_names_across_namespaces(
