@@ -5,11 +5,15 @@ We test these aspects:
   each URL serves that group version's document: every kind's paths, a PATCH operation
   naming its group-version-kind and taking ``fieldValidation``, a schema per kind;
 - the snapshot and group snapshot kinds declare the properties their CRDs declare
-  (manifests/crds), wherever they declare properties at all;
+  (manifests/crds), and are free-form only where their CRDs preserve unknown fields;
 - over HTTP: ``fieldValidation=Strict`` refuses unknown fields, nested and in metadata too,
   with the real 400 texts (create, update, and a patch's result: JSON, merge and strategic
-  patches alike) and writes nothing; ``Warn`` writes and answers with one Warning header per
-  field; the absence of the parameter and ``Ignore`` are not checked; a list's items are;
+  patches alike) and writes nothing; ``Warn``, and the absence of the parameter (the real
+  server's default), write without the unknown fields and answer with one Warning header per
+  field; ``Ignore`` drops them silently; a list's items are checked too;
+- pruning: what is written never holds an unknown field (create, update, every patch type,
+  /status, a CRD's spec, status and metadata), over HTTP and through the Python API; a
+  preserved (free-form) part keeps what it is given;
 - ``/openapi/v2`` and unknown documents are 404.
 """
 
@@ -71,6 +75,8 @@ CRD_KINDS = sorted(key for key in openapi.FIELDS if key[0].endswith("snapshot.st
 
 
 def _compare(ours: Any, theirs: dict[str, Any], path: str) -> None:
+    # A free-form part of ours is one the CRD preserves too: elsewhere both prune alike.
+    assert ours != openapi.ANY or theirs.get("x-kubernetes-preserve-unknown-fields"), path
     if isinstance(ours, list):
         _compare(ours[0], theirs["items"], f"{path}[]")
     elif isinstance(ours, dict) and "*" not in ours:
@@ -157,10 +163,11 @@ async def test_field_validation_over_http(cluster: EmulatedCluster) -> None:
         code, body, _ = await call("PUT", item, {**stored, "extra": 1}, **strict)
         assert code == 400
         assert body["message"].endswith('strict decoding error: unknown field "extra"')
-        for params in ({}, {"fieldValidation": "Ignore"}):
+        for params, says in (({}, True), ({"fieldValidation": "Ignore"}, False)):
             code, _, warnings = await call("PUT", item, {**stored, "extra": 1}, params=params)
-            assert (code, warnings) == (200, [])
+            assert (code, warnings) == (200, ['299 - "unknown field \\"extra\\""'] * says)
             code, stored, _ = await call("GET", item, None)
+            assert "extra" not in stored
 
         node = {"metadata": {"name": "n"}, "spec": {"drivers": [{"name": "d", "nodeId": "n"}]}}
         code, body, _ = await call("POST", "/apis/storage.k8s.io/v1/csinodes", node, **strict)
@@ -214,7 +221,7 @@ async def test_unknown_fields_are_dropped_as_the_real_server_drops_them(
                 "PUT", item, {**stored, "extra": 1, "spec": {**stored["spec"], "volumeNmae": "x"}},
                 params=params,
             )  # fmt: skip
-            assert warnings == (header("extra", "spec.volumeNmae") if says else [])
+            assert warnings == (header("spec.volumeNmae", "extra") if says else [])
             assert replaced == stored | {"metadata": replaced["metadata"]}  # nothing changed
 
             patches: list[tuple[str, Any, str]] = [
@@ -247,9 +254,7 @@ async def test_unknown_fields_are_dropped_as_the_real_server_drops_them(
         assert created["spec"] == {"source": {"persistentVolumeClaimName": "data"}}
         assert "colour" not in created["metadata"]
         status = {"status": {"readyToUse": True, "ready": True, "error": {"message": "m", "x": 1}}}
-        patched, warnings = await call(
-            "PATCH", f"{SNAPSHOTS}/snap/status", status, headers=MERGE
-        )
+        patched, warnings = await call("PATCH", f"{SNAPSHOTS}/snap/status", status, headers=MERGE)
         assert warnings == header("status.ready", "status.error.x")
         assert patched["status"] == {"readyToUse": True, "error": {"message": "m"}}
         assert cluster.get("volumesnapshots", "default", "snap") == patched
@@ -271,7 +276,9 @@ async def test_preserved_parts_keep_unknown_fields_and_metadata_is_pruned_still(
         path = "/apis/example.com/v1/namespaces/default/widgets"
         async with session.post(path, json=widget) as response:
             assert response.status == 201
-            assert response.headers.getall("Warning") == ['299 - "unknown field \\"metadata.colour\\""']
+            assert response.headers.getall("Warning") == [
+                '299 - "unknown field \\"metadata.colour\\""'
+            ]
     stored = cluster.get("widgets", "default", "w")
     assert stored is not None
     assert stored["spec"] == widget["spec"]
@@ -289,8 +296,10 @@ def test_writes_through_the_python_api_are_pruned_too(cluster: EmulatedCluster) 
         subresource="status",
     )  # fmt: skip
     assert "kopf" not in patched["status"]
-    replaced = cluster.replace(
-        "persistentvolumeclaims", "default", "data", {**patched, "extra": 1}
-    )
+    replaced = cluster.replace("persistentvolumeclaims", "default", "data", {**patched, "extra": 1})
     assert "extra" not in replaced
     assert cluster.get("persistentvolumeclaims", "default", "data") == replaced
+    assert dict(cluster.dropped) == {
+        ("kopf-csi-tests", "persistentvolumeclaims", path): 1
+        for path in (*UNKNOWN, "status.kopf", "extra")
+    }

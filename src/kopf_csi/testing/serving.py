@@ -390,22 +390,23 @@ class HttpServing(ObjectStore):
         await response.write_eof()
 
 
-# A request's field validation warnings (fieldValidation=Warn), for its Warning headers.
+# A request's field validation warnings (fieldValidation=Warn, or none), for its Warning headers.
 _WARNINGS = aiohttp.web.RequestKey("kopf_csi_warnings", list[str])
 
 
 def _field_validation(
     kind: Kind, verb: str, directive: str | None, warnings: list[str]
 ) -> Callable[[Any], Any]:
-    """``fieldValidation`` as a check of the object a write proposes (a patch's result):
-    Strict refuses unknown fields with the real 400, Warn adds them to `warnings` for the
-    Warning headers; Ignore, or no directive, checks nothing (``openapi``)."""
+    """``fieldValidation`` as a check of the object a write proposes (a patch's result), whose
+    unknown fields the store drops (``openapi.prune``): Strict refuses them with the real 400,
+    Warn (the real server's default, when the parameter is absent) adds them to `warnings` for
+    the Warning headers, Ignore says nothing."""
 
     def validate(proposed: Any) -> Any:
-        if directive in ("Strict", "Warn"):
-            unknown = openapi.unknown_fields(kind, proposed)
-            if unknown and directive == "Strict":
-                raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
+        _, unknown = openapi.prune(kind, proposed)
+        if unknown and directive == "Strict":
+            raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
+        if directive != "Ignore":
             warnings.extend(f'unknown field "{field}"' for field in unknown)
         return proposed
 
