@@ -26,6 +26,7 @@ descriptions (``kubectl explain`` shows the fields and their types only).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -333,15 +334,20 @@ def _prune(spec: Spec, value: Any, path: str, found: list[str]) -> Any:
         return value if all(new is old for new, old in zip(items, value, strict=True)) else items
     if not (isinstance(spec, dict) and isinstance(value, dict)):
         return value
-    kept: dict[str, Any] = {}
-    for key, item in value.items():
-        where = f"{path}.{key}" if path else key
-        if key in spec or "*" in spec:
-            kept[key] = _prune(spec.get(key, spec.get("*")), item, where, found)
-        elif not key.startswith("$"):
-            found.append(where)
-    same = len(kept) == len(value) and all(kept[key] is item for key, item in value.items())
-    return value if same else kept
+    kept: dict[str, Any] | None = None  # a copy, made at the first change
+    for index, (key, item) in enumerate(value.items()):
+        inner = spec.get(key, spec.get("*"))
+        new = item
+        if inner is None:
+            if not key.startswith("$"):
+                found.append(f"{path}.{key}" if path else key)
+        elif not isinstance(inner, str):  # a leaf (str) has nothing to prune below it
+            new = _prune(inner, item, f"{path}.{key}" if path else key, found)
+        if kept is None and (inner is None or new is not item):
+            kept = dict(itertools.islice(value.items(), index))
+        if kept is not None and inner is not None:
+            kept[key] = new
+    return value if kept is None else kept
 
 
 def strict_message(kind: Served, unknown: list[str], *, patch: bool) -> str:

@@ -248,14 +248,14 @@ class HttpServing(ObjectStore):
         )
         self._count_write(manager, verb, kind, sub)
         warnings = request[_WARNINGS] = []
-        validate = _field_validation(kind, verb, params.get("fieldValidation"), warnings)
-        if verb in ("create", "update"):
-            validate(payload)
+        check = _field_validation(kind, verb, params.get("fieldValidation"), warnings)
+        if verb == "update":  # the body is decoded first: its 400 comes before a 404
+            check(openapi.prune(kind, payload)[1])
         if verb == "create":
             if kind.namespaced and ns is None:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
             return aiohttp.web.json_response(
-                self._create(kind, ns, payload, manager), status=201, dumps=dumps
+                self._create(kind, ns, payload, manager, check), status=201, dumps=dumps
             )
         if verb == "deletecollection":
             if verb not in discovery.facts(kind).verbs:  # namespaces
@@ -275,7 +275,7 @@ class HttpServing(ObjectStore):
         else:
             patcher = patch_function(kind, _patch_type(request.content_type))
             result = self._update(
-                kind, ns, name, lambda old: validate(patcher(old, payload)), sub, manager
+                kind, ns, name, lambda old: patcher(old, payload), sub, manager, check
             )
         return aiohttp.web.json_response(result, dumps=dumps)
 
@@ -396,21 +396,19 @@ _WARNINGS = aiohttp.web.RequestKey("kopf_csi_warnings", list[str])
 
 def _field_validation(
     kind: Kind, verb: str, directive: str | None, warnings: list[str]
-) -> Callable[[Any], Any]:
-    """``fieldValidation`` as a check of the object a write proposes (a patch's result), whose
-    unknown fields the store drops (``openapi.prune``): Strict refuses them with the real 400,
-    Warn (the real server's default, when the parameter is absent) adds them to `warnings` for
-    the Warning headers, Ignore says nothing."""
+) -> Callable[[list[str]], None]:
+    """``fieldValidation``: what to say of the unknown fields the store drops from the object a
+    write proposes (a patch's result; ``openapi.prune``). Strict refuses them with the real
+    400, Warn (the real server's default, when the parameter is absent) adds them to
+    `warnings` for the Warning headers, Ignore says nothing."""
 
-    def validate(proposed: Any) -> Any:
-        _, unknown = openapi.prune(kind, proposed)
+    def check(unknown: list[str]) -> None:
         if unknown and directive == "Strict":
             raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
         if directive != "Ignore":
             warnings.extend(f'unknown field "{field}"' for field in unknown)
-        return proposed
 
-    return validate
+    return check
 
 
 def _table_events(kind: Kind, params: Mapping[str, str]) -> Callable[[Body], Body]:

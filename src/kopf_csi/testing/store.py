@@ -58,6 +58,8 @@ _EXPIRED_CONTINUE = (
 )
 
 _T = TypeVar("_T")
+Check = Callable[[list[str]], None] | None
+"""What a write does with the unknown fields it drops, besides dropping them (HTTP's answers)."""
 
 
 def _clone(obj: _T) -> _T:
@@ -310,10 +312,12 @@ class ObjectStore:
             if (namespace is None or key[0] == namespace) and all(s(store[key]) for s in selectors)
         ]
 
-    def _create(self, kind: Kind, namespace: str | None, body: Any, manager: str) -> Body:
+    def _create(
+        self, kind: Kind, namespace: str | None, body: Any, manager: str, check: Check = None
+    ) -> Body:
         if not isinstance(body, dict):
             raise StatusError(400, "the body must be an object")
-        body = self._prune(kind, body, manager)
+        body = self._prune(kind, body, manager, check)
         meta = dict(body.get("metadata") or {})
         if kind.namespaced:
             if namespace and meta.get("namespace") not in (None, "", namespace):
@@ -356,8 +360,12 @@ class ObjectStore:
         obj["metadata"]["managedFields"] = self._managed(None, obj, manager, None)
         return self._commit(kind, self._key(kind, namespace, name), "ADDED", obj, None)
 
-    def _prune(self, kind: Kind, obj: Body, manager: str) -> Body:
+    def _prune(self, kind: Kind, obj: Body, manager: str, check: Check) -> Body:
+        """The object without its unknown fields, counted; `check` (HTTP's ``fieldValidation``)
+        sees them first, and may refuse the write."""
         pruned, unknown = openapi.prune(kind, obj)
+        if check is not None:
+            check(unknown)
         for path in unknown:
             self.dropped[manager, kind.plural, path] += 1
         return cast(Body, pruned)
@@ -373,6 +381,7 @@ class ObjectStore:
         transform: Callable[[Body], Any],
         subresource: str | None,
         manager: str,
+        check: Check = None,
     ) -> Body:
         old = self._existing(kind, namespace, name)
         if subresource is not None and (subresource != "status" or not kind.status):
@@ -380,7 +389,7 @@ class ObjectStore:
         proposed = transform(old)
         if not isinstance(proposed, dict):
             raise StatusError(422, "the result must be an object")
-        proposed = self._prune(kind, proposed, manager)
+        proposed = self._prune(kind, proposed, manager, check)
         meta = proposed.get("metadata") or {}
         if meta.get("resourceVersion") not in (None, "", old["metadata"]["resourceVersion"]):
             raise apimachinery.conflict(kind.plural, kind.group, name)
