@@ -163,6 +163,10 @@ async def test_field_validation_over_http(cluster: EmulatedCluster) -> None:
         code, body, _ = await call("PUT", item, {**stored, "extra": 1}, **strict)
         assert code == 400
         assert body["message"].endswith('strict decoding error: unknown field "extra"')
+        # The body is decoded before the object is looked up: a missing one is a 400 still.
+        code, body, _ = await call("PUT", f"{CLAIMS}/gone", {**stored, "extra": 1}, **strict)
+        assert (code, body["reason"]) == (400, "BadRequest")
+        assert body["message"].endswith('strict decoding error: unknown field "extra"')
         for params, says in (({}, True), ({"fieldValidation": "Ignore"}, False)):
             code, _, warnings = await call("PUT", item, {**stored, "extra": 1}, params=params)
             assert (code, warnings) == (200, ['299 - "unknown field \\"extra\\""'] * says)
