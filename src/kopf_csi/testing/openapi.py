@@ -19,8 +19,8 @@ structural schemas prune them (free-form only where a CRD preserves unknown fiel
 compare them with manifests/crds), and every kind's metadata to ObjectMeta's fields. What is
 left out: values are not type-checked, free-form parts keep anything, and duplicate JSON keys
 are not reported (the last one wins, as in the real server, but without its warning or
-Strict's 400). The schemas carry no
-descriptions (``kubectl explain`` shows the fields and their types only).
+Strict's 400). The schemas carry no descriptions (``kubectl explain`` shows the fields and
+their types only).
 """
 
 from __future__ import annotations
@@ -321,8 +321,9 @@ def prune(kind: Served, obj: Any) -> tuple[Any, list[str]]:
     object is pruned by its structural schema except under x-kubernetes-preserve-unknown-fields
     (ANY here), and its metadata to ObjectMeta's fields. Copy on write: the parts kept are the
     given ones, so a patch's result sharing parts with the stored object is never changed in
-    place. A key starting with ``$`` (a strategic-merge directive a merge patch left) is not a
-    field: it is dropped without being named.
+    place. A key starting with ``$`` (a strategic-merge directive) is dropped without being
+    named: a strategic merge consumes its directives, and one that a JSON merge patch left in
+    place, which a real server would name too, is not worth a 400 here.
     """
     found: list[str] = []
     return _prune(_fields(kind), obj, "", found), found
