@@ -307,3 +307,49 @@ def test_writes_through_the_python_api_are_pruned_too(cluster: EmulatedCluster) 
         ("kopf-csi-tests", "persistentvolumeclaims", path): 1
         for path in (*UNKNOWN, "status.kopf", "extra")
     }
+
+
+async def test_duplicate_fields_are_named_as_the_real_server_names_them(
+    cluster: EmulatedCluster,
+) -> None:
+    """A key given twice in a create's or an update's body: the last value is written; Strict
+    refuses it with the real 400 (duplicates before unknown fields), Warn and the default name
+    it in a Warning header, Ignore says nothing."""
+    body = (
+        '{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "%s"},'
+        ' "spec": {"volumeMode": "Block", "accessModes": ["ReadWriteOnce"],'
+        ' "volumeMode": "Filesystem", "volumeNmae": "x"}}'
+    )
+    json_type = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(cluster.url) as session:
+        async with session.post(
+            CLAIMS, data=body % "strict", headers=json_type, params={"fieldValidation": "Strict"}
+        ) as response:
+            assert response.status == 400
+            assert (await response.json())["message"] == (
+                'PersistentVolumeClaim in version "v1" cannot be handled as a '
+                "PersistentVolumeClaim: strict decoding error: "
+                'duplicate field "spec.volumeMode", unknown field "spec.volumeNmae"'
+            )
+        for name, params, says in (
+            ("default", {}, True),
+            ("warn", {"fieldValidation": "Warn"}, True),
+            ("ignore", {"fieldValidation": "Ignore"}, False),
+        ):
+            async with session.post(
+                CLAIMS, data=body % name, headers=json_type, params=params
+            ) as response:
+                assert response.status == 201
+                assert response.headers.getall("Warning", []) == [
+                    '299 - "duplicate field \\"spec.volumeMode\\""',
+                    '299 - "unknown field \\"spec.volumeNmae\\""',
+                ] * says
+            stored = cluster.get("persistentvolumeclaims", "default", name)
+            assert stored is not None
+            assert stored["spec"] == {"volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"]}
+            async with session.put(
+                f"{CLAIMS}/{name}", data=body % name, headers=json_type, params=params
+            ) as response:
+                assert response.status == 200
+                assert len(response.headers.getall("Warning", [])) == 2 * says
+    assert cluster.get("persistentvolumeclaims", "default", "strict") is None
