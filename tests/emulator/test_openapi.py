@@ -14,6 +14,8 @@ We test these aspects:
 - pruning: what is written never holds an unknown field (create, update, every patch type,
   /status, a CRD's spec, status and metadata), over HTTP and through the Python API; a
   preserved (free-form) part keeps what it is given;
+- a key given twice in a create's or an update's body is named (Strict's 400, Warn's header)
+  and its last value written;
 - ``/openapi/v2`` and unknown documents are 404.
 """
 

@@ -16,10 +16,12 @@ server finds them, and are dropped before anything is stored (``prune``): ``Stri
 instead, ``Warn`` (also the real server's default, when the parameter is absent) answers with
 ``Warning`` headers, ``Ignore`` says nothing. The snapshot kinds are pruned as their CRDs'
 structural schemas prune them (free-form only where a CRD preserves unknown fields; tests
-compare them with manifests/crds), and every kind's metadata to ObjectMeta's fields. What is
-left out: values are not type-checked, free-form parts keep anything, and duplicate JSON keys
-are not reported (the last one wins, as in the real server, but without its warning or
-Strict's 400). The schemas carry no descriptions (``kubectl explain`` shows the fields and
+compare them with manifests/crds), and every kind's metadata to ObjectMeta's fields. A key
+given twice in a create's or an update's body (``decode``) is named as well (its last value is
+kept). What is left out: values are not type-checked, free-form parts keep anything, a patch's
+own duplicate keys are not looked for, and a built-in kind's 400 names the duplicates before
+the unknown fields, where the real one names them all in the document's order (a CRD's has
+this order). The schemas carry no descriptions (``kubectl explain`` shows the fields and
 their types only).
 """
 
@@ -35,6 +37,7 @@ from kopf_csi.testing.discovery import KUBERNETES_VERSION, Served
 
 __all__ = [
     "FIELDS",
+    "decode",
     "document",
     "index",
     "prune",
@@ -351,10 +354,45 @@ def _prune(spec: Spec, value: Any, path: str, found: list[str]) -> Any:
     return value if kept is None else kept
 
 
-def strict_message(kind: Served, unknown: list[str], *, patch: bool) -> str:
-    """The real server's 400 text for ``fieldValidation=Strict`` (a patch's has no prefix)."""
-    fields = ", ".join(f'unknown field "{field}"' for field in unknown)
-    text = f"strict decoding error: {fields}"
+def decode(raw: bytes) -> tuple[Any, list[str]]:
+    """A JSON body, and the paths of the keys it gives more than once (the last value kept, as
+    in the real server's decoder), in the object's order."""
+    repeated: dict[int, list[str]] = {}  # id of an object -> its keys given twice
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) < len(items):
+            seen: set[str] = set()
+            twice = repeated[id(obj)] = []
+            for key, _ in items:
+                if key in seen:
+                    twice.append(key)
+                seen.add(key)
+        return obj
+
+    body = json.loads(raw, object_pairs_hook=pairs)
+    found: list[str] = []
+    if repeated:
+        _repeated(body, "", repeated, found)
+    return body, found
+
+
+def _repeated(value: Any, path: str, repeated: dict[int, list[str]], found: list[str]) -> None:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _repeated(item, f"{path}[{index}]", repeated, found)
+    elif isinstance(value, dict):
+        twice = repeated.get(id(value), ())
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            found.extend(where for _ in range(twice.count(key)))
+            _repeated(item, where, repeated, found)
+
+
+def strict_message(kind: Served, problems: list[str], *, patch: bool) -> str:
+    """The real server's 400 text for ``fieldValidation=Strict`` (a patch's has no prefix), of
+    problems such as ``unknown field "spec.foo"`` and ``duplicate field "spec.bar"``."""
+    text = f"strict decoding error: {', '.join(problems)}"
     if patch:
         return text
     return f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: {text}'
