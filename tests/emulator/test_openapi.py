@@ -342,10 +342,14 @@ async def test_duplicate_fields_are_named_as_the_real_server_names_them(
                 CLAIMS, data=body % name, headers=json_type, params=params
             ) as response:
                 assert response.status == 201
-                assert response.headers.getall("Warning", []) == [
-                    '299 - "duplicate field \\"spec.volumeMode\\""',
-                    '299 - "unknown field \\"spec.volumeNmae\\""',
-                ] * says
+                assert (
+                    response.headers.getall("Warning", [])
+                    == [
+                        '299 - "duplicate field \\"spec.volumeMode\\""',
+                        '299 - "unknown field \\"spec.volumeNmae\\""',
+                    ]
+                    * says
+                )
             stored = cluster.get("persistentvolumeclaims", "default", name)
             assert stored is not None
             assert stored["spec"] == {"volumeMode": "Filesystem", "accessModes": ["ReadWriteOnce"]}
