@@ -134,6 +134,7 @@ async def test_every_publish_error_is_saved_with_its_code_and_retried(
     await until(lambda: status(cluster, "va-1").get("attached"))
     assert "attachError" not in status(cluster, "va-1")
     assert NODE in driver.state.volumes[handle].attachments
+    assert not cluster.dropped  # nothing written that a real API server would drop
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ the default handler modules. We test these aspects:
 - `kubectl apply -f` with validation on (kubectl's default): the examples' StorageClasses,
   CSIDriver, claims, Pod, VolumeSnapshotClass and VolumeSnapshot are accepted; a misspelt
   field is refused by the server with the real text, on create and on a re-apply, and nothing
-  is written; `--validate=warn` writes and warns;
+  is written; `--validate=warn` writes and warns, `--validate=false` writes silently, and
+  both store the claim without the field, as the real server drops it;
 - discovery: `get pvc,pv,volumeattachments -A` and the short names vs, vsc, vsclass, sc work;
   `va` fails as on a real server, which has no such short name;
 - the columns of `get pvc`, `get pv`, `get volumeattachments`, `get sc` and `get vs`, with
@@ -122,7 +123,7 @@ async def applied(
     return out
 
 
-async def test_apply_with_validation(applied: str) -> None:
+async def test_apply_with_validation(applied: str, cluster: EmulatedCluster) -> None:
     assert applied.splitlines() == [
         "csidriver.storage.k8s.io/hostpath.csi.kopf.dev created",
         "storageclass.storage.k8s.io/kopf-csi-immediate created",
@@ -134,6 +135,9 @@ async def test_apply_with_validation(applied: str) -> None:
         "persistentvolumeclaim/data-restored created",
         "pod/app created",
     ]
+    # Bound, attached, snapshotted and restored: no writer (kubectl, the stand-ins, the
+    # operator) wrote a field a real API server would drop.
+    assert not cluster.dropped
 
 
 async def test_apply_refuses_a_misspelt_field(
@@ -164,11 +168,18 @@ async def test_apply_refuses_a_misspelt_field(
     assert stored is not None
     assert "storageClassNmae" not in stored["spec"]
 
-    claim["metadata"]["name"] = "warned"
-    typo.write_text(yaml.safe_dump(claim))
-    _, out, err = await kubectl("apply", "--validate=warn", "-f", str(typo))
-    assert out.strip() == "persistentvolumeclaim/warned created"
-    assert err.strip() == 'Warning: unknown field "spec.storageClassNmae"'
+    # Written as the real server writes them: without the field it does not know.
+    for name, flag, said in (
+        ("warned", "warn", 'Warning: unknown field "spec.storageClassNmae"'),
+        ("ignored", "false", ""),
+    ):
+        claim["metadata"]["name"] = name
+        typo.write_text(yaml.safe_dump(claim))
+        _, out, err = await kubectl("apply", f"--validate={flag}", "-f", str(typo))
+        assert (out.strip(), err.strip()) == (f"persistentvolumeclaim/{name} created", said)
+        written = cluster.get("persistentvolumeclaims", "default", name)
+        assert written is not None
+        assert "storageClassNmae" not in written["spec"]
 
 
 async def test_get_by_short_names_across_namespaces(

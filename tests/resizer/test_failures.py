@@ -77,6 +77,7 @@ async def test_a_final_error_sets_the_error_condition_and_retries(
     assert not conditions_of(cluster)  # the success clears the error too
     # The event follows the status write (as upstream's markOverallExpansionAsFinished).
     await wait_until(lambda: messages(cluster, claim, "VolumeResizeSuccessful"))
+    assert not cluster.dropped  # nothing written that a real API server would drop
 
 
 @pytest.mark.parametrize(

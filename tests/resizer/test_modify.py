@@ -62,6 +62,7 @@ async def test_a_new_class_modifies_the_volume(
     assert messages(cluster, claim, "VolumeModifySuccessful") == [
         "external resizer modified volume data with vac gold successfully"
     ]
+    assert not cluster.dropped  # nothing written that a real API server would drop
 
 
 async def test_an_infeasible_class_is_marked_and_another_class_recovers(

@@ -243,6 +243,7 @@ async def test_group_is_created_restored_from_and_deleted(
     assert calls.count("DeleteVolumeGroupSnapshot") == 1
     assert calls.count("DeleteSnapshot") == 0
     assert ("DeleteVolumeGroupSnapshot", {"token": "g-s3cr3t"}) in secrets_seen
+    assert not cluster.dropped  # nothing written that a real API server would drop
 
 
 async def test_retain_only_releases_the_group_content(

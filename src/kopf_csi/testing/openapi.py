@@ -8,19 +8,27 @@ fields with a 400 (``strict decoding error: unknown field "spec.foo"``). Without
 documents kubectl stops with ``failed to download openapi``.
 
 How far it goes: every served kind has a schema, generated from ``FIELDS`` below (one small
-declaration per kind: its fields to the depth users write them; deeper parts, and the
-``status`` of kinds with a status subresource, are free-form objects). Unknown fields are found
-wherever a schema lists its properties, in the object a create or an update proposes and in a
-patch's result, as the real server finds them: ``Strict`` refuses, ``Warn`` answers with
-``Warning`` headers. What is left out: values are not type-checked, free-form parts accept
-anything, and an unknown field that is accepted (``Warn``, ``Ignore``, or no parameter, which
-the real server treats as ``Warn``) is stored, where the real server drops it. The schemas
-carry no descriptions (``kubectl explain`` shows the fields and their types only).
+declaration per kind: its fields to the depth users and controllers write them, statuses
+included; deeper parts, such as a Pod's or a Node's spec and status, or PV sources other than
+``csi``, are free-form objects). Unknown fields are found wherever a schema lists its
+properties, in the object a create or an update proposes and in a patch's result, as the real
+server finds them, and are dropped before anything is stored (``prune``): ``Strict`` refuses
+instead, ``Warn`` (also the real server's default, when the parameter is absent) answers with
+``Warning`` headers, ``Ignore`` says nothing. The snapshot kinds are pruned as their CRDs'
+structural schemas prune them (free-form only where a CRD preserves unknown fields; tests
+compare them with manifests/crds), and every kind's metadata to ObjectMeta's fields. A key
+given twice in a create's or an update's body (``decode``) is named as well (its last value is
+kept). What is left out: values are not type-checked, free-form parts keep anything, a patch's
+own duplicate keys are not looked for, and a built-in kind's 400 names the duplicates before
+the unknown fields, where the real one names them all in the document's order (a CRD's has
+this order). The schemas carry no descriptions (``kubectl explain`` shows the fields and
+their types only).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,11 +37,12 @@ from kopf_csi.testing.discovery import KUBERNETES_VERSION, Served
 
 __all__ = [
     "FIELDS",
+    "decode",
     "document",
     "index",
+    "prune",
     "served_document",
     "strict_message",
-    "unknown_fields",
 ]
 
 Spec = Any
@@ -51,12 +60,23 @@ _PV_SOURCES = (
     "vsphereVolume",
 )  # fmt: skip
 _CLASS = {"driver": "string", "parameters": MAP, "deletionPolicy": "string"}
+_REQUIREMENT = {"key": "string", "operator": "string", "values": ["string"]}
+_SELECTOR = {"matchLabels": MAP, "matchExpressions": [_REQUIREMENT]}
+_SECRET_REF = {"name": "string", "namespace": "string"}
+_SECRET_REFS = ("controllerPublishSecretRef", "nodeStageSecretRef", "nodePublishSecretRef",
+                "controllerExpandSecretRef", "nodeExpandSecretRef")  # fmt: skip
+_CONDITION = dict.fromkeys(
+    ("type", "status", "lastProbeTime", "lastTransitionTime", "reason", "message"), "string"
+)
+_VOLUME_ERROR = {"time": "string", "message": "string", "errorCode": "integer"}
+_SNAPSHOT_ERROR = {"message": "string", "time": "string"}
+_SERIES = {"count": "integer", "lastObservedTime": "string"}
 
 FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
     ("", "PersistentVolumeClaim"): {
         "spec": {
             "accessModes": ["string"],
-            "selector": ANY,
+            "selector": _SELECTOR,
             "resources": {"limits": {"*": QUANTITY}, "requests": {"*": QUANTITY}},
             "volumeName": "string",
             "storageClassName": "string",
@@ -65,7 +85,16 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             "dataSourceRef": {**_REF, "namespace": "string"},
             "volumeAttributesClassName": "string",
         },
-        "status": ANY,
+        "status": {
+            "phase": "string",
+            "accessModes": ["string"],
+            "capacity": {"*": QUANTITY},
+            "conditions": [_CONDITION],
+            "allocatedResources": {"*": QUANTITY},
+            "allocatedResourceStatuses": MAP,
+            "currentVolumeAttributesClassName": "string",
+            "modifyVolumeStatus": {"targetVolumeAttributesClassName": "string", "status": "string"},
+        },
     },
     ("", "PersistentVolume"): {
         "spec": {
@@ -76,11 +105,25 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             "storageClassName": "string",
             "mountOptions": ["string"],
             "volumeMode": "string",
-            "nodeAffinity": ANY,
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [_REQUIREMENT], "matchFields": [_REQUIREMENT]}
+                    ]
+                }
+            },
             "volumeAttributesClassName": "string",
             **dict.fromkeys(_PV_SOURCES, ANY),
+            "csi": {
+                **dict.fromkeys(("driver", "volumeHandle", "fsType"), "string"),
+                "readOnly": "boolean",
+                "volumeAttributes": MAP,
+                **dict.fromkeys(_SECRET_REFS, _SECRET_REF),
+            },
         },
-        "status": ANY,
+        "status": dict.fromkeys(
+            ("phase", "message", "reason", "lastPhaseTransitionTime"), "string"
+        ),
     },
     ("", "Pod"): {"spec": ANY, "status": ANY},
     ("", "Node"): {"spec": ANY, "status": ANY},
@@ -95,7 +138,7 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
         "involvedObject": _OBJECT_REF,
         "related": _OBJECT_REF,
         "source": {"component": "string", "host": "string"},
-        "series": ANY,
+        "series": _SERIES,
     },
     ("storage.k8s.io", "StorageClass"): {
         "provisioner": "string",
@@ -104,7 +147,7 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
         "mountOptions": ["string"],
         "allowVolumeExpansion": "boolean",
         "volumeBindingMode": "string",
-        "allowedTopologies": [ANY],
+        "allowedTopologies": [{"matchLabelExpressions": [{"key": "string", "values": ["string"]}]}],
     },
     ("storage.k8s.io", "VolumeAttachment"): {
         "spec": {
@@ -112,7 +155,12 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             "source": {"persistentVolumeName": "string", "inlineVolumeSpec": ANY},
             "nodeName": "string",
         },
-        "status": ANY,
+        "status": {
+            "attached": "boolean",
+            "attachmentMetadata": MAP,
+            "attachError": _VOLUME_ERROR,
+            "detachError": _VOLUME_ERROR,
+        },
     },
     ("storage.k8s.io", "CSINode"): {
         "spec": {
@@ -126,23 +174,40 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             ]
         }
     },
-    ("storage.k8s.io", "CSIDriver"): {"spec": ANY},
+    ("storage.k8s.io", "CSIDriver"): {
+        "spec": {
+            **dict.fromkeys(("attachRequired", "podInfoOnMount", "storageCapacity"), "boolean"),
+            **dict.fromkeys(("requiresRepublish", "seLinuxMount"), "boolean"),
+            "serviceAccountTokenInSecrets": "boolean",
+            "volumeLifecycleModes": ["string"],
+            "fsGroupPolicy": "string",
+            "tokenRequests": [{"audience": "string", "expirationSeconds": "integer"}],
+            "nodeAllocatableUpdatePeriodSeconds": "integer",
+        }
+    },
     ("storage.k8s.io", "CSIStorageCapacity"): {
         "storageClassName": "string",
         "capacity": QUANTITY,
         "maximumVolumeSize": QUANTITY,
-        "nodeTopology": ANY,
+        "nodeTopology": _SELECTOR,
     },
     ("storage.k8s.io", "VolumeAttributesClass"): {"driverName": "string", "parameters": MAP},
-    ("coordination.k8s.io", "Lease"): {"spec": ANY},
+    ("coordination.k8s.io", "Lease"): {
+        "spec": {
+            **dict.fromkeys(("holderIdentity", "acquireTime", "renewTime"), "string"),
+            **dict.fromkeys(("strategy", "preferredHolder"), "string"),
+            **dict.fromkeys(("leaseDurationSeconds", "leaseTransitions"), "integer"),
+        }
+    },
     ("events.k8s.io", "Event"): {
         **dict.fromkeys(("reason", "note", "type", "action", "reportingController"), "string"),
         **dict.fromkeys(("reportingInstance", "eventTime"), "string"),
         "regarding": _OBJECT_REF,
         "related": _OBJECT_REF,
-        "series": ANY,
-        **dict.fromkeys(("deprecatedSource", "deprecatedFirstTimestamp"), ANY),
-        **dict.fromkeys(("deprecatedLastTimestamp", "deprecatedCount"), ANY),
+        "series": _SERIES,
+        "deprecatedSource": {"component": "string", "host": "string"},
+        **dict.fromkeys(("deprecatedFirstTimestamp", "deprecatedLastTimestamp"), "string"),
+        "deprecatedCount": "integer",
     },
     ("apiextensions.k8s.io", "CustomResourceDefinition"): {"spec": ANY, "status": ANY},
     # manifests/crds: the same properties (tests/emulator/test_openapi.py compares them).
@@ -154,7 +219,14 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             },
             "volumeSnapshotClassName": "string",
         },
-        "status": ANY,
+        "status": {
+            "boundVolumeSnapshotContentName": "string",
+            "creationTime": "string",
+            "readyToUse": "boolean",
+            "restoreSize": QUANTITY,
+            "error": _SNAPSHOT_ERROR,
+            "volumeGroupSnapshotName": "string",
+        },
     },
     ("snapshot.storage.k8s.io", "VolumeSnapshotContent"): {
         "spec": {
@@ -165,25 +237,51 @@ FIELDS: dict[tuple[str, str], dict[str, Spec]] = {
             "volumeSnapshotClassName": "string",
             "volumeSnapshotRef": _OBJECT_REF,
         },
-        "status": ANY,
+        "status": {
+            **dict.fromkeys(("creationTime", "restoreSize"), "integer"),
+            "readyToUse": "boolean",
+            **dict.fromkeys(("snapshotHandle", "volumeGroupSnapshotHandle"), "string"),
+            "error": _SNAPSHOT_ERROR,
+        },
     },
     ("snapshot.storage.k8s.io", "VolumeSnapshotClass"): _CLASS,
     ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshot"): {
         "spec": {
-            "source": {"selector": ANY, "volumeGroupSnapshotContentName": "string"},
+            "source": {"selector": _SELECTOR, "volumeGroupSnapshotContentName": "string"},
             "volumeGroupSnapshotClassName": "string",
         },
-        "status": ANY,
+        "status": {
+            **dict.fromkeys(("boundVolumeGroupSnapshotContentName", "creationTime"), "string"),
+            "readyToUse": "boolean",
+            "error": _SNAPSHOT_ERROR,
+        },
     },
     ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshotContent"): {
         "spec": {
             "deletionPolicy": "string",
             "driver": "string",
-            "source": ANY,
+            "source": {
+                "volumeHandles": ["string"],
+                "groupSnapshotHandles": {
+                    "volumeGroupSnapshotHandle": "string",
+                    "volumeSnapshotHandles": ["string"],
+                },
+            },
             "volumeGroupSnapshotClassName": "string",
             "volumeGroupSnapshotRef": _OBJECT_REF,
         },
-        "status": ANY,
+        "status": {
+            **dict.fromkeys(("volumeGroupSnapshotHandle", "creationTime"), "string"),
+            "readyToUse": "boolean",
+            "error": _SNAPSHOT_ERROR,
+            "volumeSnapshotInfoList": [
+                {
+                    **dict.fromkeys(("volumeHandle", "snapshotHandle"), "string"),
+                    **dict.fromkeys(("creationTime", "restoreSize"), "integer"),
+                    "readyToUse": "boolean",
+                }
+            ],
+        },
     },
     ("groupsnapshot.storage.k8s.io", "VolumeGroupSnapshotClass"): _CLASS,
 }
@@ -197,7 +295,12 @@ _METADATA: dict[str, Spec] = {
     "labels": MAP,
     "annotations": MAP,
     "finalizers": ["string"],
-    "ownerReferences": [ANY],
+    "ownerReferences": [
+        {
+            **dict.fromkeys(("apiVersion", "kind", "name", "uid"), "string"),
+            **dict.fromkeys(("controller", "blockOwnerDeletion"), "boolean"),
+        }
+    ],
     "managedFields": [ANY],
 }
 _META_SCHEMA = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
@@ -210,35 +313,86 @@ def _fields(kind: Served) -> dict[str, Spec]:
     return {"apiVersion": "string", "kind": "string", "metadata": _METADATA, **fields}
 
 
-# --- Validation -------------------------------------------------------------------------------
+# --- Validation and pruning -------------------------------------------------------------------
 
 
-def unknown_fields(kind: Served, obj: Any) -> list[str]:
-    """The paths of the fields no schema declares (``spec.foo``), in the object's order;
-    strategic-merge directives (``$patch``, ...) are not fields."""
+def prune(kind: Served, obj: Any) -> tuple[Any, list[str]]:
+    """The object as the real server stores it, without the fields no schema declares, and
+    their paths (``spec.foo``) in the object's order, for Strict's 400 and Warn's headers.
+
+    A built-in kind keeps only its schema's fields (strict decoding into the Go type); a CRD's
+    object is pruned by its structural schema except under x-kubernetes-preserve-unknown-fields
+    (ANY here), and its metadata to ObjectMeta's fields. Copy on write: the parts kept are the
+    given ones, so a patch's result sharing parts with the stored object is never changed in
+    place. A key starting with ``$`` (a strategic-merge directive) is dropped without being
+    named: a strategic merge consumes its directives, and one that a JSON merge patch left in
+    place, which a real server would name too, is not worth a 400 here.
+    """
     found: list[str] = []
-    _walk(_fields(kind), obj, "", found)
-    return found
+    return _prune(_fields(kind), obj, "", found), found
 
 
-def _walk(spec: Spec, value: Any, path: str, found: list[str]) -> None:
+def _prune(spec: Spec, value: Any, path: str, found: list[str]) -> Any:
     if isinstance(spec, list) and isinstance(value, list):
-        for index, item in enumerate(value):
-            _walk(spec[0], item, f"{path}[{index}]", found)
-    elif isinstance(spec, dict) and isinstance(value, dict):
-        for key, item in value.items():
-            if key.startswith("$"):
-                continue
-            if key in spec or "*" in spec:
-                _walk(spec.get(key, spec.get("*")), item, f"{path}.{key}" if path else key, found)
-            else:
+        items = [_prune(spec[0], item, f"{path}[{i}]", found) for i, item in enumerate(value)]
+        return value if all(new is old for new, old in zip(items, value, strict=True)) else items
+    if not (isinstance(spec, dict) and isinstance(value, dict)):
+        return value
+    kept: dict[str, Any] | None = None  # a copy, made at the first change
+    for index, (key, item) in enumerate(value.items()):
+        inner = spec.get(key, spec.get("*"))
+        new = item
+        if inner is None:
+            if not key.startswith("$"):
                 found.append(f"{path}.{key}" if path else key)
+        elif not isinstance(inner, str):  # a leaf (str) has nothing to prune below it
+            new = _prune(inner, item, f"{path}.{key}" if path else key, found)
+        if kept is None and (inner is None or new is not item):
+            kept = dict(itertools.islice(value.items(), index))
+        if kept is not None and inner is not None:
+            kept[key] = new
+    return value if kept is None else kept
 
 
-def strict_message(kind: Served, unknown: list[str], *, patch: bool) -> str:
-    """The real server's 400 text for ``fieldValidation=Strict`` (a patch's has no prefix)."""
-    fields = ", ".join(f'unknown field "{field}"' for field in unknown)
-    text = f"strict decoding error: {fields}"
+def decode(raw: bytes) -> tuple[Any, list[str]]:
+    """A JSON body, and the paths of the keys it gives more than once (the last value kept, as
+    in the real server's decoder), in the object's order."""
+    repeated: dict[int, list[str]] = {}  # id of an object -> its keys given twice
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) < len(items):
+            seen: set[str] = set()
+            twice = repeated[id(obj)] = []
+            for key, _ in items:
+                if key in seen:
+                    twice.append(key)
+                seen.add(key)
+        return obj
+
+    body = json.loads(raw, object_pairs_hook=pairs)
+    found: list[str] = []
+    if repeated:
+        _repeated(body, "", repeated, found)
+    return body, found
+
+
+def _repeated(value: Any, path: str, repeated: dict[int, list[str]], found: list[str]) -> None:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _repeated(item, f"{path}[{index}]", repeated, found)
+    elif isinstance(value, dict):
+        twice = repeated.get(id(value), ())
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            found.extend(where for _ in range(twice.count(key)))
+            _repeated(item, where, repeated, found)
+
+
+def strict_message(kind: Served, problems: list[str], *, patch: bool) -> str:
+    """The real server's 400 text for ``fieldValidation=Strict`` (a patch's has no prefix), of
+    problems such as ``unknown field "spec.foo"`` and ``duplicate field "spec.bar"``."""
+    text = f"strict decoding error: {', '.join(problems)}"
     if patch:
         return text
     return f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: {text}'

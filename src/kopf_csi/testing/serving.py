@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -242,20 +241,22 @@ class HttpServing(ObjectStore):
                 found = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                          "metadata": found.get("metadata", {})}  # fmt: skip
             return aiohttp.web.json_response(found, dumps=dumps)
-        payload = await _read_json(request)
+        payload, duplicates = await _read_json(request)
         manager = apimachinery.manager_name(
             params.get("fieldManager"), request.headers.get("User-Agent")
         )
         self._count_write(manager, verb, kind, sub)
         warnings = request[_WARNINGS] = []
-        validate = _field_validation(kind, verb, params.get("fieldValidation"), warnings)
-        if verb in ("create", "update"):
-            validate(payload)
+        if verb not in ("create", "update"):
+            duplicates = []  # a patch's own keys are not looked for (``openapi``)
+        check = _field_validation(kind, verb, params.get("fieldValidation"), warnings, duplicates)
+        if verb == "update":  # the body is decoded first: its 400 comes before a 404
+            check(openapi.prune(kind, payload)[1])
         if verb == "create":
             if kind.namespaced and ns is None:
                 raise StatusError(405, "create namespaced objects under /namespaces/<namespace>/")
             return aiohttp.web.json_response(
-                self._create(kind, ns, payload, manager), status=201, dumps=dumps
+                self._create(kind, ns, payload, manager, check), status=201, dumps=dumps
             )
         if verb == "deletecollection":
             if verb not in discovery.facts(kind).verbs:  # namespaces
@@ -275,7 +276,7 @@ class HttpServing(ObjectStore):
         else:
             patcher = patch_function(kind, _patch_type(request.content_type))
             result = self._update(
-                kind, ns, name, lambda old: validate(patcher(old, payload)), sub, manager
+                kind, ns, name, lambda old: patcher(old, payload), sub, manager, check
             )
         return aiohttp.web.json_response(result, dumps=dumps)
 
@@ -390,26 +391,27 @@ class HttpServing(ObjectStore):
         await response.write_eof()
 
 
-# A request's field validation warnings (fieldValidation=Warn), for its Warning headers.
+# A request's field validation warnings (fieldValidation=Warn, or none), for its Warning headers.
 _WARNINGS = aiohttp.web.RequestKey("kopf_csi_warnings", list[str])
 
 
 def _field_validation(
-    kind: Kind, verb: str, directive: str | None, warnings: list[str]
-) -> Callable[[Any], Any]:
-    """``fieldValidation`` as a check of the object a write proposes (a patch's result):
-    Strict refuses unknown fields with the real 400, Warn adds them to `warnings` for the
-    Warning headers; Ignore, or no directive, checks nothing (``openapi``)."""
+    kind: Kind, verb: str, directive: str | None, warnings: list[str], duplicates: list[str]
+) -> Callable[[list[str]], None]:
+    """``fieldValidation``: what to say of the unknown fields the store drops from the object a
+    write proposes (a patch's result; ``openapi.prune``), and of the body's `duplicates`.
+    Strict refuses them with the real 400, Warn (the real server's default, when the parameter
+    is absent) adds them to `warnings` for the Warning headers, Ignore says nothing."""
 
-    def validate(proposed: Any) -> Any:
-        if directive in ("Strict", "Warn"):
-            unknown = openapi.unknown_fields(kind, proposed)
-            if unknown and directive == "Strict":
-                raise StatusError(400, openapi.strict_message(kind, unknown, patch=verb == "patch"))
-            warnings.extend(f'unknown field "{field}"' for field in unknown)
-        return proposed
+    def check(unknown: list[str]) -> None:
+        problems = [f'duplicate field "{field}"' for field in duplicates]
+        problems += [f'unknown field "{field}"' for field in unknown]
+        if problems and directive == "Strict":
+            raise StatusError(400, openapi.strict_message(kind, problems, patch=verb == "patch"))
+        if directive != "Ignore":
+            warnings.extend(problems)
 
-    return validate
+    return check
 
 
 def _table_events(kind: Kind, params: Mapping[str, str]) -> Callable[[Body], Body]:
@@ -451,11 +453,12 @@ def _patch_type(content_type: str) -> PatchType:
     return types[content_type]
 
 
-async def _read_json(request: aiohttp.web.BaseRequest) -> Any:
+async def _read_json(request: aiohttp.web.BaseRequest) -> tuple[Any, list[str]]:
+    """The body, and the paths of the keys it gives twice (``openapi.decode``)."""
     raw = await request.read()
     if not raw.strip():
-        return None
+        return None, []
     try:
-        return json.loads(raw)
+        return openapi.decode(raw)
     except ValueError:
         raise StatusError(400, "the body is not valid JSON") from None

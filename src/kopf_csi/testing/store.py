@@ -4,6 +4,13 @@ kind's watch history (410 Gone once evicted) and the listeners fed in commit ord
 LISTs on one snapshot; and the Python-level API for tests, which goes through the same write
 path as HTTP and returns copies.
 
+Every write stores the object without the fields its schema does not declare, as a real server
+prunes every write (``openapi.prune``); HTTP adds the ``fieldValidation`` answers (Strict's
+400, Warn's headers) in ``serving``. Writes through the Python API are pruned too, silently, as
+Ignore: the controller stand-ins and tests that write through it stand for a real server's
+clients, and a stand-in or test that stored a field the real server drops would let the
+operator read back what it never could on a real cluster.
+
 Part of the emulator (``emulator.py`` puts the parts together); HTTP serving is built on it
 (``serving.py``). Every write is a synchronous function without ``await``: atomic with respect
 to every request, which is what makes "no event lost or replayed" hold without locks.
@@ -20,7 +27,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, cast
 
-from kopf_csi.testing import apimachinery
+from kopf_csi.testing import apimachinery, openapi
 from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.kinds import Body, Kind
 from kopf_csi.testing.watches import Change, HttpWatch, Listener, Subscription, dumps, event_line
@@ -51,6 +58,8 @@ _EXPIRED_CONTINUE = (
 )
 
 _T = TypeVar("_T")
+Check = Callable[[list[str]], None] | None
+"""What a write does with the unknown fields it drops, besides dropping them (HTTP's answers)."""
 
 
 def _clone(obj: _T) -> _T:
@@ -76,6 +85,10 @@ class ObjectStore:
         # verb, plural or plural/subresource) -> count. The controller stand-ins write through
         # the Python API, so `requests` alone misses them.
         self.writes: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        # The unknown fields dropped from what was written (``openapi.prune``): (field manager,
+        # plural, path) -> count. A real server drops them too, so a writer that reads one back
+        # would never see it: tests check the operator's writes leave nothing here.
+        self.dropped: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self._kinds: dict[tuple[str, str, str], Kind] = {}
         self._names: dict[str, Kind] = {}
         self._store: dict[Kind, dict[tuple[str, str], Body]] = {}
@@ -299,9 +312,12 @@ class ObjectStore:
             if (namespace is None or key[0] == namespace) and all(s(store[key]) for s in selectors)
         ]
 
-    def _create(self, kind: Kind, namespace: str | None, body: Any, manager: str) -> Body:
+    def _create(
+        self, kind: Kind, namespace: str | None, body: Any, manager: str, check: Check = None
+    ) -> Body:
         if not isinstance(body, dict):
             raise StatusError(400, "the body must be an object")
+        body = self._prune(kind, body, manager, check)
         meta = dict(body.get("metadata") or {})
         if kind.namespaced:
             if namespace and meta.get("namespace") not in (None, "", namespace):
@@ -344,6 +360,16 @@ class ObjectStore:
         obj["metadata"]["managedFields"] = self._managed(None, obj, manager, None)
         return self._commit(kind, self._key(kind, namespace, name), "ADDED", obj, None)
 
+    def _prune(self, kind: Kind, obj: Body, manager: str, check: Check) -> Body:
+        """The object without its unknown fields, counted; `check` (HTTP's ``fieldValidation``)
+        sees them first, and may refuse the write."""
+        pruned, unknown = openapi.prune(kind, obj)
+        if check is not None:
+            check(unknown)
+        for path in unknown:
+            self.dropped[manager, kind.plural, path] += 1
+        return cast(Body, pruned)
+
     def _managed(self, old: Body | None, new: Body, manager: str, sub: str | None) -> list[Body]:
         return apimachinery.managed_fields(old, new, manager=manager, subresource=sub, time=_now())
 
@@ -355,6 +381,7 @@ class ObjectStore:
         transform: Callable[[Body], Any],
         subresource: str | None,
         manager: str,
+        check: Check = None,
     ) -> Body:
         old = self._existing(kind, namespace, name)
         if subresource is not None and (subresource != "status" or not kind.status):
@@ -362,6 +389,7 @@ class ObjectStore:
         proposed = transform(old)
         if not isinstance(proposed, dict):
             raise StatusError(422, "the result must be an object")
+        proposed = self._prune(kind, proposed, manager, check)
         meta = proposed.get("metadata") or {}
         if meta.get("resourceVersion") not in (None, "", old["metadata"]["resourceVersion"]):
             raise apimachinery.conflict(kind.plural, kind.group, name)
