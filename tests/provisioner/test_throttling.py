@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("kcm")
 
 QPS = 10.0
 BURST = 4
-CLAIMS = 12
+CLAIMS = 20
 
 
 @pytest.fixture
@@ -36,6 +36,10 @@ async def test_a_burst_of_claims_is_provisioned_within_the_limit(
     cluster: EmulatedCluster, operator: OperatorThread
 ) -> None:
     await make_storage_class(cluster, operator)
+    limits = operator.memo.api.limits
+    assert (limits.qps, limits.burst) == (QPS, BURST)
+    bucket = limits.buckets[names.MANAGER_PROVISIONER]
+    sent_before = bucket.requests  # start-up's: the leases, the journal's lanes
     loop = asyncio.get_running_loop()
     started = loop.time()
     claims = [make_claim(cluster, f"data-{i}") for i in range(CLAIMS)]
@@ -43,11 +47,10 @@ async def test_a_burst_of_claims_is_provisioned_within_the_limit(
         await wait_for_bound(cluster, claim, timeout=30.0)
     elapsed = loop.time() - started
 
-    limits = operator.memo.api.limits
-    assert (limits.qps, limits.burst) == (QPS, BURST)
-    bucket = limits.buckets[names.MANAGER_PROVISIONER]
-    # Each claim took at least its PV's POST and its Provisioning event from this bucket.
-    assert bucket.requests >= 2 * CLAIMS
+    # Each claim's PV was POSTed with a token of this bucket; the events may still wait
+    # (they give way). At most the burst was there at the start; the rest came at the QPS.
+    sent = bucket.requests - sent_before
+    assert sent >= CLAIMS
     assert bucket.delayed >= 1
     assert bucket.waited > 0
-    assert elapsed >= (2 * CLAIMS - BURST) / QPS * 0.8
+    assert elapsed >= (sent - BURST) / QPS * 0.9
