@@ -114,7 +114,7 @@ async def test_a_long_wait_is_logged_with_what_to_change(kubeconfig: pathlib.Pat
     (line,) = throttled
     assert line["log_level"] == "info"
     assert line["manager"] == kube.DEFAULT_MANAGER
-    assert line["waiting"] == pytest.approx(2.0, abs=0.05)
+    assert line["waited"] == pytest.approx(2.0, abs=0.05)
     assert line["request"].startswith("GET /api/v1/namespaces/default/configmaps/c-")
     assert "--kube-api-qps" in line["hint"]
 

@@ -630,30 +630,26 @@ class KubeClient:
         if bucket is None:
             return
         loop = asyncio.get_running_loop()
-        now = loop.time()
-        if self.gives_way:
-            started = now
+        started = now = loop.time()
+        if self.gives_way:  # a token only when one is there: the role's work goes first
             while delay := bucket.reserve_spare(now, waited=now - started):
                 await asyncio.sleep(delay)
                 now = loop.time()
-            delay = now - started  # waited already: only the report is left
-            now = started
+            waited = now - started
         else:
-            delay = bucket.reserve(now)
-        if delay <= 0:
-            return
-        if bucket.report_due(now, delay):
+            waited = bucket.reserve(started)
+            if waited > 0:
+                await asyncio.sleep(waited)
+        if waited > 0 and bucket.report_due(started, waited):
             log.info(
                 "api_requests_throttled",
                 manager=self.manager,
-                waiting=round(delay, 3),
+                waited=round(waited, 3),
                 request=f"{method} {path}",
                 qps=bucket.qps,
                 burst=bucket.burst,
                 hint="raise --kube-api-qps and --kube-api-burst to send more",
             )
-        if not self.gives_way:
-            await asyncio.sleep(delay)
 
     async def _request(
         self,
