@@ -113,6 +113,8 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
     )
     # Connections for a burst's first requests, opened now and not during the burst: 100
     # handshakes at once made each request wait 50-300 ms for its own (kube.WARM_CONNECTIONS).
+    if api.limits is not None:  # each role's throttled requests, in /metrics
+        metrics.from_memo(memo).watch_rate_limits(api.limits.buckets)
     connections = min(config.workers.provisioner, kube.WARM_CONNECTIONS)
     warming = asyncio.create_task(api.warm(connections), name="api-warm")
     memo.stoppers.append(_cancel(warming))

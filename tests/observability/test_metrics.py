@@ -170,3 +170,19 @@ async def test_deletions_are_counted_by_class(
     assert value(samples, f"{OPS}_count", **failed) == 1
     assert value(samples, f"{OPS}_count", **{**failed, "grpc_status_code": "OK"}) == 1
     assert value(samples, "workqueue_adds_total", name="volumes") >= 2
+
+
+async def test_requests_held_by_the_rate_limit_are_counted_per_role(
+    cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread
+) -> None:
+    """The API rate limit (`--kube-api-qps`) per role in `/metrics`: present from the start,
+    and rising when a burst of requests must wait for tokens."""
+    samples = await scrape(operator)
+    assert value(samples, "kopf_csi_api_throttled_requests_total", manager="kopf-csi") == 0
+    bucket = operator.memo.api.limits.bucket("csi-provisioner")
+    bucket.tokens = -50.0  # the burst and 0.5 s of tokens spent, as by a burst of claims
+    await make_storage_class(cluster, operator)
+    await wait_for_bound(cluster, make_claim(cluster, "throttled"))
+    samples = await scrape(operator)
+    assert value(samples, "kopf_csi_api_throttled_requests_total", manager="csi-provisioner") >= 1
+    assert value(samples, "kopf_csi_api_throttled_seconds_total", manager="csi-provisioner") > 0
