@@ -44,6 +44,10 @@ PINNED = {
     "LABEL_CLASS": "class",
     "LABEL_SOURCE": "source",
     "LABEL_QUEUE_NAME": "name",
+    # Ours (no Go counterpart), pinned all the same: dashboards and alerts select them.
+    "METRIC_API_THROTTLED": "kopf_csi_api_throttled_requests",
+    "METRIC_API_THROTTLED_SECONDS": "kopf_csi_api_throttled_seconds",
+    "LABEL_MANAGER": "manager",
     "PATH_METRICS": "/metrics",
     "PATH_HEALTHZ": "/healthz",
     "PATH_READYZ": "/readyz",
