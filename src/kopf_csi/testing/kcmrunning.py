@@ -162,7 +162,7 @@ class ControllerRunner(StandIn):
     async def _sync_attachments(self) -> None:
         """The attach/detach controller, over every pod."""
 
-    # --- Without a latency model: one pass per batch of changes ----------------------------
+    # --- The feed's batches, resyncs, and the passes (without a latency model) -------------
 
     async def settled(self) -> None:
         """Wait until every change committed so far has been through a pass (with a latency
