@@ -1,0 +1,404 @@
+"""How the kube-controller-manager stand-in runs its controllers: caches, queues, passes, workers.
+
+`kcm.ControllerManager` holds the controllers' decisions and writes (the PV controller, the
+protection controllers, the scheduler's selected-node, the attach/detach controller); its base
+class here, `ControllerRunner`, holds the machinery under them: which objects go to which
+controller, when and in what order, and how long each write of theirs takes.
+
+How it runs: in-process on the emulator's change feed, as one asyncio task. Every batch of
+changes updates local caches (the informers) and triggers one pass: synchronous by default
+(atomic for the emulator), or with ``yield_every`` letting the API serve others between
+objects, as a KCM in its own process never holds the API server up. The PV
+controller and the protection controllers sync only what the batch touched (marked by the
+controllers' `_observe`), as the real ones work through queues of changed objects: a changed
+claim, the volume it names and the volume naming it; a changed volume and the claim its
+claimRef names; the claims of a changed pod; and everything when a StorageClass or CSIDriver
+changes, or on the periodic resync (``resync_period``, KCM's ``--pvclaimbinder-sync-period``,
+15 s). A full pass over every object per batch made the stand-in's cost grow with the cluster:
+13-27 ms per pass with 200 claims, during which the emulated API served nobody. The scheduler
+and the attach/detach controller still look at every pod. Writes go through the emulator's
+Python API; their changes come back as the next batch, and a pass that writes nothing ends the
+cycle.
+
+With a latency model (the cluster's ``latency``, ``testing/latency.py``; decided when the
+stand-in is made, so every test without one runs the passes above, unchanged), KCM's requests
+take the real server's time, and its controllers work side by side as the real ones do. Each
+write waits its drawn duration (by verb and resource, after the previous write to the same
+object, the HTTP requests' own order) and is applied at its end, as a blocking client-go
+round trip; a stale copy then loses with a 409, as the real one's does. Who waits for whom,
+as read in kubernetes/kubernetes:
+
+- pv_controller_base.go ``Run``: one ``claimWorker`` and one ``volumeWorker`` goroutine, each
+  taking one key at a time off its queue (the queue's comment: one worker each, ``syncClaim``
+  is not reentrant). ``bind`` (pv_controller.go) runs in the claim worker: the PV's claimRef
+  if needed, the PV's status, the claim's volumeName and annotations, the claim's status,
+  each ``Update`` waiting for the one before. So N claims bind one after the other.
+- pv_controller.go ``provisionClaim`` hands ``provisionClaimOperationExternal`` (the update
+  that sets both storage-provisioner annotations, then the ``ExternalProvisioning`` event) to
+  ``scheduleOperation``: a goroutine per claim (goroutinemap: one at a time per claim, a
+  second request while it runs is skipped), so the claim worker goes on at once and the
+  annotations of a burst go out side by side. Deletion of a volume (``reclaimVolume``) is such
+  an operation too; for an external provisioner it only reads, so it is left out here.
+- ``syncVolume``, for a claim it finds in neither cache, asks the API server (a GET, in the
+  volume worker) before it marks the volume Released: that read waits its time too.
+- The protection controllers run with ``Run(ctx, 1)`` (cmd/kube-controller-manager, core.go):
+  one worker each, so claims' and volumes' finalizers go one at a time. (pvc-protection's live
+  list of pods, one per namespace batch, is left out.)
+- Events go through client-go's broadcaster, which posts them from its own goroutine: nobody
+  waits for them; each lands after its own time.
+- The scheduler's selected-node and the attach/detach controller share one worker here; the
+  VolumeAttachments' creation and deletion are operations of their own (the attach/detach
+  controller's operation executor runs one goroutine per volume).
+
+Left out: KCM's client-side rate limiter (``--kube-api-qps``, per controller client), and any
+dependence of a request's duration on how many are in flight: the model's means are the real
+server's averages over a whole burst.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import itertools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
+from kopf_csi.testing.latency import ObjectPath
+from kopf_csi.testing.standins import StandIn
+
+__all__ = ["PVCS", "PVS", "ControllerRunner"]
+
+log = logging.getLogger(__name__)
+
+PVCS, PVS = "persistentvolumeclaims", "persistentvolumes"
+
+Key = tuple[str, str]  # namespace ("" for a cluster-scoped object), name
+Work = Callable[[], Awaitable[None]]
+
+_IN_OPERATION = contextvars.ContextVar("kcm_in_operation", default=False)
+"""Running in a per-object operation of its own (a goroutine in KCM: `scheduleOperation`),
+not in one of the workers that write one object at a time (`LatencyModel.sequential`)."""
+
+_RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
+"""Syncing claims for a resync: their events are posted again (per task: a provisioning
+operation started by a resync's sync posts again too)."""
+
+
+@dataclasses.dataclass
+class _Lane:
+    """One of KCM's workers, with a latency model: its queue of keys (each with "is it a
+    resync"), synced one at a time, and whether it is busy with one."""
+
+    plural: str
+    sync: Callable[[Body], Awaitable[None]] | None  # None: the scheduler and attach/detach
+    keys: dict[Key, bool] = dataclasses.field(default_factory=dict)
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    busy: bool = False
+
+
+class ControllerRunner(StandIn):
+    """The machinery under KCM's controllers: the subclass's `_sync_*` methods are the
+    controllers, and its `_observe` marks what each change touches (`_dirty_claims`,
+    `_dirty_volumes`, `_everything`)."""
+
+    def __init__(
+        self,
+        cluster: EmulatedCluster,
+        *,
+        enabled: dict[str, bool],  # "volumes", "attachments", "scheduler", "protection"
+        resync_period: float | None,  # every claim and volume synced again (None: never)
+        yield_every: int | None,  # objects per turn of the loop (None: a pass at once)
+    ) -> None:
+        super().__init__(cluster)
+        self.enabled = enabled
+        self.resync_period = resync_period
+        self.yield_every = yield_every
+        """With a number, a pass lets the emulated API serve others after that many objects,
+        as a KCM in its own process would (the benchmark's); its cache can then be stale, and
+        a write of it lose a race, as the real one's can. None: each pass at once (atomic)."""
+        self._lock = asyncio.Lock()
+        self.passes = 0
+        self.resyncs = 0
+        self._dirty_claims: set[tuple[str, str]] = set()
+        self._dirty_volumes: set[tuple[str, str]] = set()
+        self._everything = True  # the first pass looks at everything listed
+        self._resync_due = False
+        self._passed = asyncio.Event()
+        self.timed = cluster.latency.model.enabled
+        """The cluster has a latency model (`testing/latency.py`): each write of ours waits its
+        duration, and the controllers work side by side as KCM's workers do (`_lanes`)."""
+        self._lanes: dict[str, _Lane] = {}
+        self._operations: dict[str, asyncio.Task[None]] = {}
+        self._sent = itertools.count()
+
+    # --- The controllers (the subclass's) --------------------------------------------------
+
+    @abc.abstractmethod
+    async def _sync_claim(self, claim: Body) -> None:
+        """The PV controller's claim worker: one claim."""
+
+    @abc.abstractmethod
+    async def _sync_volume(self, volume: Body) -> None:
+        """The PV controller's volume worker: one volume."""
+
+    @abc.abstractmethod
+    async def _sync_claim_protection(self, claim: Body) -> None:
+        """The pvc-protection controller: one claim."""
+
+    @abc.abstractmethod
+    async def _sync_volume_protection(self, volume: Body) -> None:
+        """The pv-protection controller: one volume."""
+
+    @abc.abstractmethod
+    async def _sync_scheduler(self) -> None:
+        """The scheduler's selected-node, over every pod."""
+
+    @abc.abstractmethod
+    async def _sync_attachments(self) -> None:
+        """The attach/detach controller, over every pod."""
+
+    # --- The feed's batches, resyncs, and the passes (without a latency model) -------------
+
+    async def settled(self) -> None:
+        """Wait until every change committed so far has been through a pass (with a latency
+        model: through the workers, and every write of theirs has landed)."""
+        # A pass drains the feed, so an empty feed and no pass running means "all seen".
+        while self._feed is not None and (
+            self._feed.pending
+            or self._lock.locked()
+            or self._operations
+            or any(lane.keys or lane.busy for lane in self._lanes.values())
+        ):
+            self._passed.clear()
+            await self._passed.wait()
+
+    async def _run(self, feed: Subscription) -> None:
+        resync = None if self.resync_period is None else asyncio.create_task(self._resync())
+        workers = [
+            asyncio.create_task(self._work(lane), name=f"kcm-{name}")
+            for name, lane in self._timed_lanes().items()
+        ]
+        try:
+            while changes := await feed.batch():
+                for change in changes:
+                    self._observe(change)
+                if self.timed:
+                    self._dispatch()
+                else:
+                    await self._pass()
+        finally:
+            if resync is not None:
+                resync.cancel()
+            tasks = [*workers, *self._operations.values()]  # writes not landed yet: dropped
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _resync(self) -> None:
+        assert self.resync_period is not None
+        while True:
+            await asyncio.sleep(self.resync_period)
+            await self.resync()
+
+    async def resync(self) -> None:
+        """A resync now: every claim and volume is synced again (pending claims' events are
+        posted again), as KCM's PV controller does every ``--pvclaimbinder-sync-period``."""
+        self.resyncs += 1
+        self._resync_due = True
+        if self.timed:
+            self._dispatch()
+        else:
+            await self._pass()
+
+    async def _pass(self) -> None:
+        async with self._lock:
+            try:
+                for done, step in enumerate(self._steps(), 1):
+                    await step()  # without a latency model, nothing in it waits: atomic
+                    if self.yield_every and done % self.yield_every == 0:
+                        await asyncio.sleep(0)  # the API serves others, as KCM is elsewhere
+            except Exception:  # a controller logs and carries on; the next change retries
+                log.exception("kcm stand-in pass failed")
+        self._passed.set()
+
+    def _take_dirty(self) -> tuple[list[Key], list[Key], bool]:
+        """The claims and volumes changed since the last take (all after a resync), and
+        whether it is a resync."""
+        resyncing, self._resync_due = self._resync_due, False
+        if self._everything or resyncing:
+            self._everything = False
+            self._dirty_claims = set(self._cache["persistentvolumeclaims"])
+            self._dirty_volumes = set(self._cache["persistentvolumes"])
+        claims, volumes = sorted(self._dirty_claims), sorted(self._dirty_volumes)
+        self._dirty_claims, self._dirty_volumes = set(), set()
+        return claims, volumes, resyncing
+
+    def _steps(self) -> Iterator[Callable[[], Awaitable[None]]]:
+        """A pass, one object at a time (each read from the cache when its turn comes): the PV
+        and protection controllers over what changed since the last pass (everything after a
+        resync), the scheduler and the attach/detach controller over every pod."""
+        self.passes += 1
+        claims, volumes, resyncing = self._take_dirty()
+        step = functools.partial
+        if self.enabled["scheduler"]:
+            yield self._sync_scheduler
+        if self.enabled["volumes"]:
+            for key in claims:
+                yield step(self._step, PVCS, key, self._sync_claim, resyncing=resyncing)
+            for key in volumes:
+                yield step(self._step, PVS, key, self._sync_volume)
+        if self.enabled["attachments"]:
+            yield self._sync_attachments
+        if self.enabled["protection"]:
+            for key in claims:
+                yield step(self._step, PVCS, key, self._sync_claim_protection)
+            for key in volumes:
+                yield step(self._step, PVS, key, self._sync_volume_protection)
+
+    async def _step(
+        self, plural: str, key: Key, fn: Callable[[Body], Awaitable[None]], resyncing: bool = False
+    ) -> None:
+        obj = self._cache[plural].get(key)
+        if obj is None:
+            return  # deleted meanwhile
+        token = _RESYNCING.set(resyncing)
+        try:
+            await fn(obj)
+        except Exception as error:  # e.g. deleted meanwhile (a 404, a stale 409): next pass
+            self._failed(fn.__name__, plural, key, error)
+        finally:
+            _RESYNCING.reset(token)
+
+    def _failed(self, what: str, plural: str, key: Key, error: Exception) -> None:
+        if isinstance(error, StatusError):
+            log.warning("kcm stand-in: %s %s: %s", what, key[1], error)
+        else:  # a bug of ours: said loudly, and the rest of the pass goes on
+            log.exception("kcm stand-in: %s %s failed", what, key[1])
+        if plural in (PVCS, PVS):
+            (self._dirty_claims if plural == PVCS else self._dirty_volumes).add(key)
+
+    @staticmethod
+    def _resyncing() -> bool:
+        """Whether the sync running now is a resync's (its events are posted again)."""
+        return _RESYNCING.get()
+
+    # --- With a latency model: KCM's workers side by side, each write waiting its time -----
+
+    def _timed_lanes(self) -> dict[str, _Lane]:
+        """The workers, as kube-controller-manager runs them (pv_controller_base.go `Run`: one
+        claim worker, one volume worker; the protection controllers' `Run(ctx, 1)`); the
+        scheduler and the attach/detach controller share one. None without a model."""
+        if not self.timed:
+            return {}
+        enabled = self.enabled
+        lanes = {
+            "claims": _Lane(PVCS, self._sync_claim) if enabled["volumes"] else None,
+            "volumes": _Lane(PVS, self._sync_volume) if enabled["volumes"] else None,
+            "claim-protection": (
+                _Lane(PVCS, self._sync_claim_protection) if enabled["protection"] else None
+            ),
+            "volume-protection": (
+                _Lane(PVS, self._sync_volume_protection) if enabled["protection"] else None
+            ),
+            "pods": _Lane("pods", None),
+        }
+        self._lanes = {name: lane for name, lane in lanes.items() if lane is not None}
+        return self._lanes
+
+    def _dispatch(self) -> None:
+        """Queue what changed to every worker that syncs it, and wake them."""
+        claims, volumes, resyncing = self._take_dirty()
+        for lane in self._lanes.values():
+            keys = {PVCS: claims, PVS: volumes}.get(lane.plural, [("", "")])
+            for key in keys:
+                lane.keys[key] = resyncing or lane.keys.get(key, False)
+            lane.wake.set()
+
+    async def _work(self, lane: _Lane) -> None:
+        """One worker: its keys one at a time, in the order queued (a workqueue's)."""
+        while True:
+            await lane.wake.wait()
+            lane.wake.clear()
+            while lane.keys:
+                key = next(iter(lane.keys))
+                resyncing = lane.keys.pop(key)
+                lane.busy = True
+                try:
+                    if lane.sync is not None:
+                        await self._step(lane.plural, key, lane.sync, resyncing=resyncing)
+                        continue
+                    if self.enabled["scheduler"]:
+                        await self._sync_scheduler()
+                    if self.enabled["attachments"]:
+                        await self._sync_attachments()
+                except Exception:  # as `_pass`: said, and the next change retries
+                    log.exception("kcm stand-in: %s worker failed", lane.plural)
+                finally:
+                    lane.busy = False
+            self._passed.set()
+
+    @contextlib.asynccontextmanager
+    async def _wait(self, path: ObjectPath, method: str) -> AsyncIterator[None]:
+        """A request of ours takes its time (the cluster's model, each object's writes in
+        turn, as the HTTP requests'); the write is made inside. None without a model."""
+        if not self.timed:
+            yield
+            return
+        sequential = not _IN_OPERATION.get()
+        async with self.cluster.latency.request(method, path, watch=False, sequential=sequential):
+            yield
+
+    async def _timed_update(
+        self, plural: str, obj: Body, changes: Body, *, status: bool = False
+    ) -> Body:
+        """`_update`, once the PUT's time has passed (client-go's blocking `Update`)."""
+        meta = obj["metadata"]
+        path = ObjectPath(plural, meta.get("namespace"), meta["name"], "status" if status else None)
+        async with self._wait(path, "PUT"):
+            return self._update(plural, obj, changes, status=status)
+
+    async def _operation(self, name: str, plural: str, key: Key, work: Work) -> None:
+        """Work KCM does in a goroutine of its own (`scheduleOperation`, the attach/detach
+        controller's operation executor): one at a time per name, the worker going on at
+        once. Without a model: done here and now, as part of the pass."""
+        if not self.timed:
+            await work()
+        else:
+            self._start(name, plural, key, work)
+
+    def _start(self, name: str, plural: str, key: Key, work: Work) -> None:
+        """`work` as a task of its own, unless one of that name runs (with a model only)."""
+        if name in self._operations:  # goroutinemap: already running, skipped
+            return
+
+        async def run() -> None:
+            _IN_OPERATION.set(True)
+            try:
+                await work()
+            except Exception as error:  # as a failed sync: said, and synced again
+                self._failed(name, plural, key, error)
+            finally:
+                del self._operations[name]
+                self._passed.set()
+
+        self._operations[name] = asyncio.create_task(run(), name=f"kcm-{name}")
+
+    def _send(
+        self, method: str, namespace: str | None, name: str | None, write: Callable[[], Body]
+    ) -> None:
+        """An event, which client-go's broadcaster posts from its own goroutine: nobody
+        waits for it (with a model, it lands after its time)."""
+        if not self.timed:
+            write()
+            return
+
+        async def post() -> None:
+            async with self._wait(ObjectPath("events", namespace, name), method):
+                write()
+
+        self._start(f"event-{next(self._sent)}", "events", (namespace or "", name or ""), post)
