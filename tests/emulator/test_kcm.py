@@ -504,3 +504,23 @@ async def test_without_a_latency_model_a_pass_binds_every_claim_at_once(
 
 def _names(claims: list[dict[str, Any]]) -> list[str]:
     return [c["metadata"]["name"] for c in claims]
+
+
+async def test_a_failing_scheduler_pass_leaves_the_rest_of_the_pass(
+    cluster: EmulatedCluster, kcm: ControllerManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler and the attach/detach controller look at every pod; one of them failing
+    (a stale claim's 409, a VolumeAttachment already gone) must not cost the claims and
+    volumes of that pass their sync, which would then wait for another change."""
+    storage_class(cluster, "fast")
+    await kcm.settled()
+    failed: list[str] = []
+
+    async def broken() -> None:
+        failed.append("scheduler")
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(kcm, "_sync_scheduler", broken)
+    claim(cluster, "a", storageClassName="fast")
+    await until(cluster, lambda: GA in annotations(cluster, "a"))
+    assert failed

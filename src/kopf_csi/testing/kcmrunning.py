@@ -246,14 +246,14 @@ class ControllerRunner(StandIn):
         claims, volumes, resyncing = self._take_dirty()
         step = functools.partial
         if self.enabled["scheduler"]:
-            yield self._sync_scheduler
+            yield step(self._whole, self._sync_scheduler)
         if self.enabled["volumes"]:
             for key in claims:
                 yield step(self._step, PVCS, key, self._sync_claim, resyncing=resyncing)
             for key in volumes:
                 yield step(self._step, PVS, key, self._sync_volume)
         if self.enabled["attachments"]:
-            yield self._sync_attachments
+            yield step(self._whole, self._sync_attachments)
         if self.enabled["protection"]:
             for key in claims:
                 yield step(self._step, PVCS, key, self._sync_claim_protection)
@@ -273,6 +273,14 @@ class ControllerRunner(StandIn):
             self._failed(fn.__name__, plural, key, error)
         finally:
             _RESYNCING.reset(token)
+
+    async def _whole(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """A controller that looks at every pod (the scheduler, attach/detach): a failure is
+        logged and the rest of the pass goes on; the next pass looks at everything again."""
+        try:
+            await fn()
+        except Exception as error:  # e.g. a stale claim's 409, a VolumeAttachment gone: 404
+            self._failed(fn.__name__, "pods", ("", "every pod"), error)
 
     def _failed(self, what: str, plural: str, key: Key, error: Exception) -> None:
         if isinstance(error, StatusError):
@@ -333,9 +341,9 @@ class ControllerRunner(StandIn):
                         await self._step(lane.plural, key, lane.sync, resyncing=resyncing)
                         continue
                     if self.enabled["scheduler"]:
-                        await self._sync_scheduler()
+                        await self._whole(self._sync_scheduler)
                     if self.enabled["attachments"]:
-                        await self._sync_attachments()
+                        await self._whole(self._sync_attachments)
                 except Exception:  # as `_pass`: said, and the next change retries
                     log.exception("kcm stand-in: %s worker failed", lane.plural)
                 finally:
