@@ -21,8 +21,13 @@ import pathlib
 import pytest
 import structlog.testing
 
-from kopf_csi import kube
+from kopf_csi import kube, leadership
+from kopf_csi.settings import LeaderElectionSettings
 from kopf_csi.throttling import TokenBucket
+
+FAST = LeaderElectionSettings(
+    enabled=True, lease_duration=2.0, renew_deadline=1.0, retry_period=0.2
+)
 
 
 def test_a_burst_goes_at_once_then_one_request_per_token() -> None:
@@ -136,3 +141,23 @@ async def test_events_give_way_to_the_work_they_report(kubeconfig: pathlib.Path)
         await get(api, "work")
         await spare
         assert done == ["work", "event"]
+
+
+async def test_leader_election_never_waits_behind_the_roles_work(
+    kubeconfig: pathlib.Path,
+) -> None:
+    """Each Go sidecar gives leader election a client of its own (external-attacher #241):
+    a Lease's renewal must not wait behind a burst's throttled requests, or leadership is
+    lost in the middle of the burst."""
+    async with await kube.KubeClient.connect(kubeconfig, qps=1.0, burst=1) as api:
+        role = api.as_manager("csi-provisioner")
+        assert api.limits is not None
+        api.limits.bucket("csi-provisioner").tokens = -100.0  # 100 s of work queued
+        elector = leadership.Elector(
+            role, leases=["x"], namespace="default", identity="me", config=FAST,
+            managers={"x": "csi-provisioner"},
+        )  # fmt: skip
+        (candidate,) = elector.candidates
+        assert candidate.api.manager == "csi-provisioner"  # its writes still the role's
+        await asyncio.wait_for(candidate.api.get(kube.LEASES, "x", "default"), timeout=5.0)
+        await asyncio.wait_for(role.for_leader_election().get(kube.LEASES, "y", "default"), 5.0)

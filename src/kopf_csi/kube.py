@@ -346,7 +346,9 @@ class Limits:
 
     Each Go sidecar is its own process with its own client, so each has the whole QPS to
     itself; each role here (`as_manager`: csi-provisioner, csi-attacher, ...) has its own
-    bucket likewise, and the caches' informers, which every role shares, have one more.
+    bucket likewise, and the caches' informers, which every role shares, have one more. Each
+    role's leader election has one too (`for_leader_election`), as each Go sidecar's has its
+    own client. Buckets are named after the role's field manager.
     Every request the client sends waits for its token: reads, writes, and each watch when
     it starts, as client-go's. kopf's own requests (its watches of the few kinds it still
     handles) are not counted.
@@ -378,12 +380,14 @@ class KubeClient:
         manager: str = DEFAULT_MANAGER,
         limits: Limits | None = None,
         gives_way: bool = False,
+        bucket: str | None = None,
     ) -> None:
         self._api = api
         self.manager = manager
         self.limits = limits
         self.gives_way = gives_way
-        self._bucket = limits.bucket(manager) if limits is not None else None
+        self.bucket_name = bucket or manager
+        self._bucket = limits.bucket(self.bucket_name) if limits is not None else None
         self._headers = {"Accept": "application/json", "User-Agent": user_agent(manager)}
         # kubernetes-asyncio lets its default headers win over a request's: drop its own
         # User-Agent ("OpenAPI-Generator/..."), so that ours reaches the server.
@@ -402,7 +406,25 @@ class KubeClient:
         """The same client, whose requests give way to this role's others when its rate limit
         is reached (`throttling.TokenBucket.reserve_spare`): for events, which report work and
         should not hold it up. Same limit, same bucket; only the order changes."""
-        return KubeClient(self._api, manager=self.manager, limits=self.limits, gives_way=True)
+        return KubeClient(
+            self._api,
+            manager=self.manager,
+            limits=self.limits,
+            gives_way=True,
+            bucket=self.bucket_name,
+        )
+
+    def for_leader_election(self) -> KubeClient:
+        """The same connection and field manager, with a token bucket of its own: each Go
+        sidecar gives leader election a client of its own (external-attacher #241,
+        external-snapshotter #343), so that a Lease's renewal never waits behind the role's
+        throttled work and leadership is not lost in a burst."""
+        return KubeClient(
+            self._api,
+            manager=self.manager,
+            limits=self.limits,
+            bucket=f"{self.manager}/leader-election",
+        )
 
     @classmethod
     async def connect(

@@ -320,7 +320,8 @@ class Elector:
         managers = managers or {}
         self.candidates = tuple(
             Candidate(
-                api.as_manager(managers[n]) if n in managers else api,
+                # Its own token bucket per role, as each Go sidecar's own client for it.
+                api.as_manager(managers[n]).for_leader_election() if n in managers else api,
                 name=n,
                 namespace=namespace,
                 identity=identity,
