@@ -5,7 +5,8 @@ Read-only, from the running operator's memory: where the object's key stands in 
 the CSI calls in flight for it (the RPC's name, for how long, its timeout: never the request),
 the newest event the operator posted about it (its message in full, even after the Event has
 expired), whether the claim is in the in-flight journal (a CreateVolume may be running), the
-provisioners this replica serves, and who holds its Leases. Nothing here can hold a secret: keys,
+provisioners this replica serves, who holds its Leases, and each role's API rate limit when it
+has held requests (how many, and the latest wait). Nothing here can hold a secret: keys,
 counts, times, RPC names, Lease holders, and event messages, which the operator scrubs before it
 posts them.
 """
@@ -46,6 +47,7 @@ def object_state(
             )
     answer: dict[str, Any] = {"kind": kind, "key": key, "queues": queues}
     answer["calls"] = _calls_in_flight(memo, kind, namespace, name)
+    answer["rate_limits"] = _rate_limits(memo, loop.time())
     standby = runtime.is_standby(memo)
     served = getattr(memo, "served_provisioners", None) or {}
     answer["standby"] = standby
@@ -72,6 +74,27 @@ def object_state(
             if journals:
                 answer["journal"] = {"recorded": any(j.holds(uid) for j in journals)}
     return answer
+
+
+def _rate_limits(memo: Any, now: float) -> dict[str, dict[str, Any]]:
+    """Each role whose requests waited for its API rate limit (`--kube-api-qps`): the limit,
+    how many waited and how long in all, and the latest wait (how long ago it began, its
+    length)."""
+    limits = getattr(getattr(memo, "api", None), "limits", None)
+    if limits is None:
+        return {}
+    return {
+        name: {
+            "qps": bucket.qps,
+            "burst": bucket.burst,
+            "delayed": bucket.delayed,
+            "waited": bucket.waited,
+            "last_ago": now - bucket.last_delayed_at,
+            "last_delay": bucket.last_delay,
+        }
+        for name, bucket in sorted(limits.buckets.items())
+        if bucket.delayed and bucket.last_delayed_at is not None
+    }
 
 
 def _calls_in_flight(

@@ -47,6 +47,10 @@ class TokenBucket:
     waited: float = dataclasses.field(default=0.0, init=False)
     longest: float = dataclasses.field(default=0.0, init=False)
     reported: float | None = dataclasses.field(default=None, init=False)
+    last_delayed_at: float | None = dataclasses.field(default=None, init=False)
+    """When the latest request that had to wait began waiting (for explain)."""
+    last_delay: float = dataclasses.field(default=0.0, init=False)
+    """How long that request waited (or waits)."""
 
     def __post_init__(self) -> None:
         if not self.qps > 0:
@@ -63,7 +67,7 @@ class TokenBucket:
         if self.tokens >= 0.0:
             return 0.0
         delay = -self.tokens / self.qps
-        self._count_wait(delay)
+        self._count_wait(delay, since=now)
         return delay
 
     def reserve_spare(self, now: float, *, waited: float = 0.0) -> float:
@@ -76,7 +80,7 @@ class TokenBucket:
         self.tokens -= 1.0
         self.requests += 1
         if waited > 0:
-            self._count_wait(waited)
+            self._count_wait(waited, since=now - waited)
         return 0.0
 
     def _refill(self, now: float) -> None:
@@ -85,10 +89,11 @@ class TokenBucket:
         if self.stamp is None or now > self.stamp:
             self.stamp = now
 
-    def _count_wait(self, seconds: float) -> None:
+    def _count_wait(self, seconds: float, *, since: float) -> None:
         self.delayed += 1
         self.waited += seconds
         self.longest = max(self.longest, seconds)
+        self.last_delayed_at, self.last_delay = since, seconds
 
     def report_due(self, now: float, delay: float) -> bool:
         """Whether a request that must wait `delay` seconds from `now` should be logged: a

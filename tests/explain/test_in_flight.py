@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import structlog
 
+from kopf_csi import names
 from kopf_csi.csi import CSIClient, CSITimeoutError
 from kopf_csi.csi import messages as csi
 from kopf_csi.driver import Driver
@@ -170,3 +171,32 @@ async def test_a_released_volume_waiting_for_a_held_deletevolume(
     # Without the operator: released, and nothing known to hold it back.
     plain = await until_explained(explain, f"pv/{name}", "deleting")
     assert plain.json["summary"] == "released; waiting for the provisioner to delete it"
+
+
+async def test_a_claim_held_by_the_operators_own_rate_limit(
+    cluster: EmulatedCluster,
+    kcm: Any,
+    operator: OperatorThread,
+    explain: Any,
+    operator_url: str,
+) -> None:
+    """`--kube-api-qps` holding the provisioner's requests: the claim's verdict says so, and
+    which flags to raise, instead of a worker busy with no reason given."""
+    await make_storage_class(cluster, operator)
+    # The role's burst spent and its rate cut, as by a burst of claims at --kube-api-qps 1.
+    bucket = operator.memo.api.limits.bucket(names.MANAGER_PROVISIONER)
+    bucket.qps, bucket.tokens = 1.0, -8.0  # the next request waits about 9 s for its turn
+    make_claim(cluster, "held")
+    held = await until_explained(
+        explain, "pvc/default/held", "throttled", "--operator", operator_url
+    )
+    assert held.json["summary"].startswith(
+        "held by the operator's own API rate limit: its csi-provisioner requests wait up to "
+    ), held.json["summary"]
+    assert held.json["summary"].endswith("for a turn (--kube-api-qps 1, --kube-api-burst 200)")
+    assert held.text.code == 1
+    assert held.json["state"] == "progressing"
+    assert held.json["next"][0].startswith("wait, or raise --kube-api-qps and --kube-api-burst")
+    facts = [line for line in held.text.evidence if "rate limit" in line]
+    assert facts, held.text.evidence
+    assert facts[0].startswith("operator: csi-provisioner's API requests wait for its rate limit")

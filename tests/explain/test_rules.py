@@ -171,6 +171,45 @@ def test_a_call_in_flight_is_the_verdict_and_a_fact() -> None:
     assert diagnosis.summary == "being worked on: the operator has been on it for 2.0s"
 
 
+def _limit(last_delay: float, last_ago: float) -> dict[str, Any]:
+    return {"qps": 5.0, "burst": 10, "delayed": 40, "waited": 31.25,
+            "last_delay": last_delay, "last_ago": last_ago}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("limit", "throttled"),
+    [
+        (_limit(last_delay=4.0, last_ago=1.0), True),  # waiting now, 3 s to go
+        (_limit(last_delay=2.0, last_ago=11.5), True),  # ended 9.5 s ago
+        (_limit(last_delay=2.0, last_ago=13.0), False),  # ended 11 s ago: history
+        (_limit(last_delay=0.3, last_ago=0.1), False),  # a short wait explains nothing
+    ],
+)
+def test_a_claim_held_by_the_operators_own_rate_limit(
+    limit: dict[str, Any], throttled: bool
+) -> None:
+    state = {
+        "queues": [{"queue": "claims", "processing_for": 3.0, "processing": True}],
+        "rate_limits": {"csi-provisioner": limit, "csi-attacher": _limit(9.0, 1.0)},
+    }
+    diagnosis = diagnose(_seen(**PROVISIONING, operator=state))
+    assert (
+        "operator: csi-provisioner's API requests wait for its rate limit (--kube-api-qps 5,"
+        " --kube-api-burst 10): 40 waited, 31.2s in all; the latest"
+        f" {limit['last_delay']:.1f}s, from {limit['last_ago']:.1f}s ago"
+    ) in diagnosis.evidence
+    if throttled:
+        assert diagnosis.blocker == "throttled"
+        assert diagnosis.state is State.PROGRESSING
+        assert diagnosis.summary == (
+            "held by the operator's own API rate limit: its csi-provisioner requests wait up"
+            f" to {limit['last_delay']:.1f}s for a turn (--kube-api-qps 5, --kube-api-burst 10)"
+        )
+        assert "raise --kube-api-qps and --kube-api-burst" in diagnosis.next_steps[0]
+    else:  # the attacher's waits are not the claim's
+        assert diagnosis.blocker == "in-flight"
+
+
 def _released(attachment_status: dict[str, Any], deleting: bool) -> Observed:
     volume = {
         "metadata": {"name": "pv"},

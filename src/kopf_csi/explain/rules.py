@@ -158,6 +158,21 @@ def _has_events_from_provisioner(seen: Observed) -> bool:
     return any(event.get("reason") in ours for event in seen.events)
 
 
+_ROLES = {
+    "persistentvolumeclaim": names.MANAGER_PROVISIONER,
+    "persistentvolume": names.MANAGER_PROVISIONER,
+    "volumeattachment": names.MANAGER_ATTACHER,
+    "volumesnapshot": names.MANAGER_SNAPSHOTTER,
+    "volumesnapshotcontent": names.MANAGER_SNAPSHOTTER,
+    "volumegroupsnapshot": names.MANAGER_SNAPSHOTTER,
+}
+"""The role whose API requests work on each kind (its rate limit is the one that matters)."""
+THROTTLED_FOR = 1.0
+"""Seconds a request waited for the rate limit that make it worth the verdict."""
+THROTTLED_WITHIN = 10.0
+"""Seconds since such a wait ended within which it still explains a wait."""
+
+
 def operator_lines(state: Mapping[str, Any]) -> list[str]:
     """The operator's knowledge of the object (its `/debug/objects` answer), one line a fact."""
     lines = []
@@ -175,6 +190,13 @@ def operator_lines(state: Mapping[str, Any]) -> list[str]:
             parts.append(f"{queue['failures']} failed attempts")
         lines.append(", ".join(parts))
     lines.extend(f"operator: {_call_text(call)}" for call in state.get("calls") or [])
+    for role, limit in (state.get("rate_limits") or {}).items():
+        lines.append(
+            f"operator: {role}'s API requests wait for its rate limit (--kube-api-qps"
+            f" {limit['qps']:g}, --kube-api-burst {limit['burst']}): {limit['delayed']} waited,"
+            f" {limit['waited']:.1f}s in all; the latest {limit['last_delay']:.1f}s, from"
+            f" {limit['last_ago']:.1f}s ago"
+        )
     event = state.get("last_event")
     if event:
         lines.append(
@@ -604,6 +626,17 @@ def _operator_progress(walk: _Walk, state: Mapping[str, Any] | None = None) -> N
             "wait; a call longer than its timeout fails and is retried (the driver may still"
             " be working: check its logs if this repeats)",
         )
+    role = _ROLES.get(walk.seen.target.kind)
+    limit = (state.get("rate_limits") or {}).get(role or "")
+    if limit and _throttled_now(limit):
+        raise walk.progressing(
+            "throttled",
+            f"held by the operator's own API rate limit: its {role} requests wait up to"
+            f" {limit['last_delay']:.1f}s for a turn (--kube-api-qps {limit['qps']:g},"
+            f" --kube-api-burst {limit['burst']})",
+            "wait, or raise --kube-api-qps and --kube-api-burst if the API server can take"
+            " more (the requests go through in order meanwhile)",
+        )
     queues = state.get("queues") or []
     queue = queues[0] if queues else None
     if not queue:
@@ -629,6 +662,12 @@ def _operator_progress(walk: _Walk, state: Mapping[str, Any] | None = None) -> N
             " if the queue stays long, or look at what keeps the workers busy"
             " (explain the keys ahead of it)",
         )
+
+
+def _throttled_now(limit: Mapping[str, Any]) -> bool:
+    """A long wait for the rate limit that is going on, or ended a moment ago."""
+    long = limit["last_delay"] >= THROTTLED_FOR
+    return bool(long and limit["last_ago"] - limit["last_delay"] <= THROTTLED_WITHIN)
 
 
 def _bound_claim(walk: _Walk) -> Diagnosis:
