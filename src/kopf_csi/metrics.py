@@ -249,17 +249,24 @@ class Metrics:
         return prometheus_client.generate_latest(self.registry)
 
 
-class _QueueCollector(Collector):
-    """The gauges client-go keeps current with a ticker, computed when scraped instead."""
-
-    def __init__(self, queues: dict[str, ScrapedQueue]) -> None:
-        self._queues = queues
+class _Scraped(Collector):
+    """Families computed from live state each time they are scraped (`_families`)."""
 
     def describe(self) -> Iterable[Metric]:
         return list(self._families())
 
     def collect(self) -> Iterator[Metric]:
         return iter(self._families())
+
+    def _families(self) -> list[Metric]:
+        raise NotImplementedError
+
+
+class _QueueCollector(_Scraped):
+    """The gauges client-go keeps current with a ticker, computed when scraped instead."""
+
+    def __init__(self, queues: dict[str, ScrapedQueue]) -> None:
+        self._queues = queues
 
     def _families(self) -> list[Metric]:
         label = [names.LABEL_QUEUE_NAME]
@@ -277,17 +284,11 @@ class _QueueCollector(Collector):
         return [depth, unfinished, longest]
 
 
-class _RateLimitCollector(Collector):
+class _RateLimitCollector(_Scraped):
     """The requests that waited for a token, and how long, per role (`watch_rate_limits`)."""
 
     def __init__(self, buckets: Mapping[str, ScrapedBucket]) -> None:
         self._buckets = buckets
-
-    def describe(self) -> Iterable[Metric]:
-        return list(self._families())
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families())
 
     def _families(self) -> list[Metric]:
         label = [names.LABEL_MANAGER]
