@@ -125,7 +125,7 @@ async def test_a_long_wait_is_logged_with_what_to_change(kubeconfig: pathlib.Pat
 
 
 async def test_events_give_way_to_the_work_they_report(kubeconfig: pathlib.Path) -> None:
-    async with await kube.KubeClient.connect(kubeconfig, qps=2.0, burst=1) as api:
+    async with await kube.KubeClient.connect(kubeconfig, qps=1.0, burst=1) as api:
         events = api.giving_way()
         assert events.gives_way
         assert events.manager == api.manager
@@ -137,7 +137,7 @@ async def test_events_give_way_to_the_work_they_report(kubeconfig: pathlib.Path)
             done.append(name)
 
         spare = asyncio.create_task(get(events, "event"))
-        await asyncio.sleep(0.05)  # the event asked first, the work asks 0.45 s before its turn
+        await asyncio.sleep(0.05)  # the event asked first, the work asks 0.95 s before its turn
         await get(api, "work")
         await spare
         assert done == ["work", "event"]

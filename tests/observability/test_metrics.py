@@ -180,9 +180,9 @@ async def test_requests_held_by_the_rate_limit_are_counted_per_role(
     samples = await scrape(operator)
     assert value(samples, "kopf_csi_api_throttled_requests_total", manager="kopf-csi") == 0
     bucket = operator.memo.api.limits.bucket("csi-provisioner")
-    bucket.tokens = -50.0  # the burst and 0.5 s of tokens spent, as by a burst of claims
+    bucket.tokens = -200.0  # the burst and 2 s of tokens spent, as by a burst of claims
     await make_storage_class(cluster, operator)
-    await wait_for_bound(cluster, make_claim(cluster, "throttled"))
+    await wait_for_bound(cluster, make_claim(cluster, "throttled"), timeout=15.0)
     samples = await scrape(operator)
     assert value(samples, "kopf_csi_api_throttled_requests_total", manager="csi-provisioner") >= 1
     assert value(samples, "kopf_csi_api_throttled_seconds_total", manager="csi-provisioner") > 0
