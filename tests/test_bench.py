@@ -241,3 +241,13 @@ def test_the_operator_process_starts_outside_the_checkout(tmp_path: pathlib.Path
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert "No module named 'devtools'" in bare.stderr  # what the environment is there for
+
+
+def test_another_revisions_operator_comes_first_on_the_operators_path_only() -> None:
+    """`KOPF_CSI_BENCH_OPERATOR_PATH`: an older revision's `src` and root before the checkout
+    (how f871e19 was measured under this benchmark), for the operator's process alone."""
+    from devtools.bench.process import CHECKOUT, OPERATOR_PATH_ENV, child_environment
+
+    environ = {OPERATOR_PATH_ENV: "/old/src:/old", "PYTHONPATH": "/extra"}
+    assert child_environment(environ)["PYTHONPATH"] == f"/old/src:/old:{CHECKOUT}:/extra"
+    assert child_environment({})["PYTHONPATH"] == str(CHECKOUT)

@@ -80,7 +80,7 @@ async def test_requests_beyond_the_burst_wait_for_their_turn(kubeconfig: pathlib
 
 
 async def test_each_role_has_a_bucket_of_its_own(kubeconfig: pathlib.Path) -> None:
-    async with await kube.KubeClient.connect(kubeconfig, qps=0.5, burst=1) as api:
+    async with await kube.KubeClient.connect(kubeconfig, qps=0.1, burst=1) as api:
         attacher = api.as_manager("csi-attacher")
         provisioner = api.as_manager("csi-provisioner")
         await asyncio.wait_for(
@@ -88,7 +88,7 @@ async def test_each_role_has_a_bucket_of_its_own(kubeconfig: pathlib.Path) -> No
                 attacher.get(kube.CONFIGMAPS, "a", "default"),
                 provisioner.get(kube.CONFIGMAPS, "b", "default"),
             ),
-            timeout=1.9,  # one shared bucket would hold the second request 2 s
+            timeout=5.0,  # one shared bucket would hold the second request 10 s
         )
         assert api.limits is not None
         assert sorted(api.limits.buckets) == ["csi-attacher", "csi-provisioner", "kopf-csi"]
