@@ -348,7 +348,9 @@ class Limits:
     itself; each role here (`as_manager`: csi-provisioner, csi-attacher, ...) has its own
     bucket likewise, and the caches' informers, which every role shares, have one more. Each
     role's leader election has one too (`for_leader_election`), as each Go sidecar's has its
-    own client. Buckets are named after the role's field manager.
+    own client. A bucket is named after its role's field manager (`csi-provisioner`,
+    `csi-provisioner/leader-election`, `kopf-csi` for the informers).
+
     Every request the client sends waits for its token: reads, writes, and each watch when
     it starts, as client-go's. kopf's own requests (its watches of the few kinds it still
     handles) are not counted.
@@ -358,10 +360,11 @@ class Limits:
     burst: int
     buckets: dict[str, TokenBucket] = dataclasses.field(default_factory=dict)
 
-    def bucket(self, manager: str) -> TokenBucket:
-        found = self.buckets.get(manager)
+    def bucket(self, name: str) -> TokenBucket:
+        """The bucket `name`, made full when first asked for."""
+        found = self.buckets.get(name)
         if found is None:
-            found = self.buckets[manager] = TokenBucket(self.qps, self.burst)
+            found = self.buckets[name] = TokenBucket(self.qps, self.burst)
         return found
 
 
