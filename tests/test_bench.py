@@ -92,6 +92,14 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
     assert {bucket["qps"] for bucket in limiter.values()} == {1000.0}
     assert report["config"]["kube_api_qps"] == 1000.0
     assert len(waits["gc_pauses"]) == 3
+    first = waits["first_requests"]  # the operator's own requests after the first claim, in order
+    assert len(first) == 40
+    assert [r["at_ms"] for r in first] == sorted(r["at_ms"] for r in first)
+    assert first[0]["at_ms"] >= 0
+    assert all(r["ms"] > 0 and r["ms"] >= r["queued_ms"] + r["connect_ms"] for r in first)
+    made = {r["request"] for r in first}  # the journal's record, the events, the PVs
+    assert {"POST events", "POST persistentvolumes"} <= made
+    assert made & {"POST configmaps", "PATCH configmaps"}
     assert provision["bench_loop_lag"]["samples"] > 0
     assert report["config"]["tls"]
     assert report["config"]["latency"] == "real"
@@ -127,7 +135,7 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
     for label in ("claims/s", "latency p50 / p99", "operator CPU", "API writes/volume", "RSS",
                   "first PV", "watch events to the operator", "writes, all clients",
                   "per 100 ms", "event-loop lag", "in-flight journal", "connection pool",
-                  "QPS limiter"):  # fmt: skip
+                  "QPS limiter", "its first requests", "ms  POST persistentvolumes  "):  # fmt: skip
         assert label in text
     lines = stream.getvalue().splitlines()
     assert any(line.startswith("provision") for line in lines)

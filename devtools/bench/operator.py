@@ -177,6 +177,7 @@ async def _serve(args: argparse.Namespace) -> int:
                     {
                         **waits.summary(since=since),
                         "lag_by_100ms": waits.lag_timeline(since=since, until=until),
+                        "first_requests": waits.first_requests(since=since),
                     }
                 )
             else:

@@ -381,6 +381,9 @@ def _claim_waits(provision: Mapping[str, Any]) -> list[str]:
         + "; ".join(f"{g}: {_tally(t)}" for g, t in enumerate(waits.get("gc_pauses") or [])),
         "    QPS limiter (per role): " + _limiter(waits.get("qps_limiter")),
     ]
+    if waits.get("first_requests"):
+        lines.append("    its first requests (start after the first claim, duration, waits):")
+        lines += [f"      {_traced(r)}" for r in waits["first_requests"]]
     bench = provision.get("bench_loop_lag") or {}
     if bench.get("samples"):
         lines.append(
@@ -389,6 +392,21 @@ def _claim_waits(provision: Mapping[str, Any]) -> list[str]:
             "worst per 100 ms: " + " ".join(f"{v:g}" for v in bench["by_100ms"])
         )
     return lines
+
+
+def _traced(request: Mapping[str, Any]) -> str:
+    """`+12.3 ms  PATCH configmaps  28.1 ms (new connection 9.2 ms)`."""
+    waits = [
+        f"{label} {request[key]:g} ms"
+        for key, label in (
+            ("queued_ms", "waited for a connection"),
+            ("connect_ms", "new connection"),
+        )
+        if request.get(key)
+    ]
+    return f"+{request['at_ms']:g} ms  {request['request']}  {request['ms']:g} ms" + (
+        f" ({', '.join(waits)})" if waits else ""
+    )
 
 
 def _traffic(report: Mapping[str, Any]) -> list[str]:

@@ -62,6 +62,7 @@ class Waits:
         self.connect = _Tally()  # new connections: TCP and TLS handshake
         self.requests = _Tally()  # every API request, start to end (the server's time too)
         self.collections = [_Tally(), _Tally(), _Tally()]  # the cyclic GC's pauses, by generation
+        self.trace: list[dict[str, Any]] = []  # every request's own steps, the newest last
         self._collecting = 0.0
 
     def install(self) -> None:
@@ -78,6 +79,7 @@ class Waits:
             async def end(_: Any, context: types.SimpleNamespace, __: Any) -> None:
                 started = getattr(context, key, None)
                 if started is not None:
+                    setattr(context, f"{key}_end", loop.time())
                     tally.add(loop.time() - started)
 
             return start, end
@@ -91,9 +93,41 @@ class Waits:
             start, end = timer(tally, key)
             starts.append(start)
             ends.append(end)
+        trace.on_request_end.append(self._traced)
+        trace.on_request_exception.append(self._traced)
         trace.freeze()
         session = self.memo.api._api.rest_client.pool_manager  # the operator's one ApiClient
         session._trace_configs.append(trace)
+
+    async def _traced(self, _: Any, context: types.SimpleNamespace, params: Any) -> None:
+        """One request's steps, for the first requests of a burst (`first_requests`)."""
+        if len(self.trace) >= TRACE_LIMIT:
+            return
+        loop = asyncio.get_running_loop()
+        now, clock = loop.time(), time.perf_counter()
+        started = getattr(context, "request", now)
+        self.trace.append(
+            {
+                "start": clock - (now - started),  # on the benchmark's clock (perf_counter)
+                "ms": (now - started) * 1000,
+                "queued_ms": _span(context, "queued", "queued_end") * 1000,
+                "connect_ms": _span(context, "connect", "connect_end") * 1000,
+                "request": f"{params.method} {_resource(params.url.path)}",
+            }
+        )
+
+    def first_requests(self, *, since: float, count: int = 40) -> list[dict[str, Any]]:
+        """The first `count` requests started after `since`: each one's start (ms after
+        `since`), duration, wait for a free connection and new connection's set-up."""
+        chosen = sorted((r for r in self.trace if r["start"] >= since), key=lambda r: r["start"])
+        return [
+            {
+                **{key: round(value, 1) for key, value in r.items() if key.endswith("ms")},
+                "at_ms": round((r["start"] - since) * 1000, 1),
+                "request": r["request"],
+            }
+            for r in chosen[:count]
+        ]
 
     def _collected(self, phase: str, info: dict[str, int]) -> None:
         """A pause of the garbage collector: every thread, the loop's included, waits."""
@@ -122,6 +156,24 @@ class Waits:
 
     def lag_timeline(self, *, since: float, until: float) -> list[float]:
         return self.probe.by_bucket(since=since, until=until, width=0.1)
+
+
+TRACE_LIMIT = 5000  # requests traced (a 1,000-claim burst sends about 3,000)
+
+
+def _span(context: types.SimpleNamespace, start: str, end: str) -> float:
+    began, ended = getattr(context, start, None), getattr(context, end, None)
+    return ended - began if began is not None and ended is not None else 0.0
+
+
+def _resource(path: str) -> str:
+    """`/api/v1/namespaces/ns/persistentvolumeclaims/name` -> `persistentvolumeclaims`."""
+    words = [w for w in path.split("/") if w]
+    if "namespaces" in words and len(words) > words.index("namespaces") + 2:
+        words = words[words.index("namespaces") + 2 :]
+    else:
+        words = words[2:] if words[:1] == ["api"] else words[3:]
+    return "/".join(words[:1] + words[2:3])
 
 
 def _journal(journal: Any) -> dict[str, Any]:
