@@ -60,7 +60,10 @@ class Scheduler(StandIn):
         while changes := await feed.batch():
             for change in changes:
                 self._observe(change)
-            self.sync()
+            try:
+                self.sync()
+            except Exception:  # a controller logs and carries on; the next change retries
+                log.exception("scheduler stand-in pass failed")
 
     def sync(self) -> None:
         """Bind every unscheduled pod to the node `pick_node` chooses, if any."""
