@@ -20,6 +20,9 @@ PROTOS = ROOT / "protos"
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+# A session whose Python is missing fails, saying so, as on CI: by default nox would skip it and
+# exit 0, and the README's commands would seem to work while doing nothing.
+nox.options.error_on_missing_interpreters = True
 
 
 def install(session: nox.Session, *groups: str, extras: str = "sandbox") -> None:
@@ -58,7 +61,7 @@ def protos(session: nox.Session) -> None:
     session.run("python", "tools/protogen.py", str(PROTOS), str(GENERATED))
 
 
-@nox.session(python="3.11")
+@nox.session(python=None)  # the Python nox runs with (3.11+): the README's first command
 def sandbox(session: nox.Session) -> None:
     """Start the emulated cluster, the reference driver and the operator, and show them working."""
     install(session)

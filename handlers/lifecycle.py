@@ -108,9 +108,14 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
     coroutines, run before the clients close) and `memo.health_checks` (name → () -> (ok,
     detail), served by the HTTP health endpoint)."""
     memo.stoppers = []
-    memo.api = api = await kube.KubeClient.connect(
-        config.kube.kubeconfig, qps=config.kube.qps, burst=config.kube.burst
-    )
+    try:
+        memo.api = api = await kube.KubeClient.connect(
+            config.kube.kubeconfig, qps=config.kube.qps, burst=config.kube.burst
+        )
+    except kube.LoginError as exc:
+        # No service account and no usable kubeconfig: retrying changes nothing. Stop, as the
+        # Go sidecars exit when they cannot build their client (kopf would retry in a minute).
+        raise kopf.PermanentError(str(exc)) from exc
     # Connections for a burst's first requests, opened now and not during the burst: 100
     # handshakes at once made each request wait 50-300 ms for its own (kube.WARM_CONNECTIONS).
     if api.limits is not None:  # each role's throttled requests, in /metrics

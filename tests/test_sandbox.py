@@ -8,7 +8,9 @@ We test these aspects:
 - the example manifests are applied over HTTP, and the narration follows each claim through
   provisioning, binding, attachment, detachment, deletion and volume deletion;
 - with `--serve`, the kubectl lines it prints work as printed (apply, then get with columns),
-  and so does its explain line (the Pending claim, with the operator's view);
+  and so does its explain line (the Pending claim, with the operator's view); then the rest of
+  the examples (`apply -k`): the Pod is scheduled and its WaitForFirstConsumer claim bound, the
+  snapshot is taken and the claim restored from it bound; `get events` has the real columns;
 - it exits on its own with status 0 and removes the driver's socket (no process left behind).
 """
 
@@ -21,6 +23,8 @@ import subprocess
 import sys
 
 import pytest
+
+from kopf_csi.testing.scheduling import pick_node
 
 
 def test_sandbox_runs_and_exits_cleanly(tmp_path: pathlib.Path) -> None:
@@ -147,6 +151,8 @@ def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
             assert line, process.stderr.read() if process.stderr else ""
             lines.append(line)
         apply, get, explain = (process.stdout.readline().split() for _ in range(3))
+        assert process.stdout.readline().startswith("then the rest")
+        apply_all = process.stdout.readline().split()
         cache = ["--cache-dir", str(tmp_path / "kube-cache")]
         done = subprocess.run([*apply, *cache], capture_output=True, text=True, timeout=60)
         assert done.stdout.splitlines() == [
@@ -158,6 +164,26 @@ def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
         done = subprocess.run([*get, *cache], capture_output=True, text=True, timeout=60)
         rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
         explained = subprocess.run(explain, capture_output=True, text=True, timeout=60)
+        # The rest of the examples: the Pod is scheduled (data-wffc gets its node and its
+        # volume), the snapshot is taken and the claim restored from it is provisioned.
+        done = subprocess.run([*apply_all, *cache], capture_output=True, text=True, timeout=60)
+        applied = done.stdout.splitlines()
+        kubectl = [*get[:3], *cache]
+        for claim in ("data-wffc", "data-restored"):
+            subprocess.run(
+                [*kubectl, "wait", "--for=jsonpath={.status.phase}=Bound", f"pvc/{claim}",
+                 "--timeout=60s"], check=True, capture_output=True, timeout=90,
+            )  # fmt: skip
+        ready = subprocess.run(
+            [*kubectl, "get", "vs", "data-immediate-snapshot", "-o",
+             "jsonpath={.status.readyToUse}"], capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        pod = subprocess.run(
+            [*kubectl, "describe", "pod", "app"], capture_output=True, text=True, timeout=60
+        )
+        events = subprocess.run(
+            [*kubectl, "get", "events"], capture_output=True, text=True, timeout=60
+        )
     finally:
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
@@ -179,3 +205,21 @@ def test_the_kubectl_lines_it_prints_work(tmp_path: pathlib.Path) -> None:
         "no pod uses this claim (the class binds WaitForFirstConsumer)"
     )
     assert "  operator: serves hostpath.csi.kopf.dev" in evidence  # from --operator
+    assert "pod/app created" in applied, applied
+    assert "volumesnapshot.snapshot.storage.k8s.io/data-immediate-snapshot created" in applied
+    assert ready.stdout == "true", ready.stderr
+    assert "Successfully assigned default/app to node-1" in pod.stdout, pod.stdout
+    assert events.stdout.split("\n", 1)[0].split() == [
+        "LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE",
+    ]  # fmt: skip
+    assert " persistentvolumeclaim/data-wffc " in events.stdout
+
+
+def test_the_scheduler_stand_in_picks_a_node_that_takes_pods() -> None:
+    a, b = {"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}
+    cordoned = {"metadata": {"name": "a"}, "spec": {"unschedulable": True}}
+    going = {"metadata": {"name": "a", "deletionTimestamp": "2026-12-02T00:00:00Z"}}
+    assert pick_node([b, a]) == "a"
+    assert pick_node([cordoned, b]) == "b"
+    assert pick_node([going]) is None
+    assert pick_node([]) is None

@@ -18,6 +18,7 @@ import asyncio
 import difflib
 import logging
 import os
+import pathlib
 import re
 import signal
 import sys
@@ -166,12 +167,16 @@ def _go_spellings(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[
     return result
 
 
-def _subcommand_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+def _subcommand_actions(
+    parser: argparse.ArgumentParser, command: str | None = None
+) -> list[argparse.Action]:
+    """The options of every subcommand, or of `command`'s only."""
     actions: list[argparse.Action] = []
     for action in parser._actions:  # argparse has no public API to list subparsers
         if isinstance(action, argparse._SubParsersAction):
-            for subparser in action.choices.values():
-                actions.extend(subparser._actions)
+            for name, subparser in action.choices.items():
+                if command is None or name == command:
+                    actions.extend(subparser._actions)
     return actions
 
 
@@ -184,7 +189,9 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Nam
 
 def _unrecognized(unknown: Sequence[str], parser: argparse.ArgumentParser, command: str) -> str:
     known = sorted(
-        {option for action in _subcommand_actions(parser) for option in action.option_strings}
+        option
+        for action in _subcommand_actions(parser, command)  # not another command's options
+        for option in action.option_strings
     )
     first = unknown[0].partition("=")[0]
     close = difflib.get_close_matches(first, known, n=1) if first.startswith("-") else []
@@ -245,12 +252,12 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from kopf_csi import logs
 
     resolved = flags.resolve(_given(args), env)
+    _check_kubeconfig(resolved)
     names = _modules(args, env)
     liveness = args.liveness or env.get("KOPF_CSI_LIVENESS") or None
     logs.configure(level=_log_level(args, env), json=_log_json(args, env))
     logs.quiet_reported_failures()  # `_operate` reports the failed start-up handlers itself
     log = structlog.get_logger("kopf_csi.cli")
-    _importable_from_here()
     registry = kopf.OperatorRegistry()
     try:
         modules.load(names, registry=registry)
@@ -263,12 +270,15 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return _operate(registry, resolved.settings, liveness=liveness)
 
 
-def _importable_from_here() -> None:
-    """Dotted `-m` names are found from the current directory too, as `python -m` finds them
-    (a console script's path starts with its own bin directory instead)."""
-    here = os.getcwd()
-    if not {"", ".", here} & set(sys.path):
-        sys.path.insert(0, here)
+def _check_kubeconfig(resolved: flags.Resolved) -> None:
+    """A kubeconfig given (`--kubeconfig`, `KUBECONFIG`) that names no file is a bad value, said
+    at once: kubernetes-asyncio would only warn, and then fail to log in with a misleading text
+    ("Expected key current-context"). `KUBECONFIG` may list several files, as for kubectl."""
+    given = resolved.settings.kube.kubeconfig
+    if given is None or any(pathlib.Path(p).is_file() for p in str(given).split(os.pathsep) if p):
+        return
+    source, raw = resolved.sources.get("kube.kubeconfig", ("--kubeconfig", str(given)))
+    raise UsageError(f"{source}={raw!r} is not a kubeconfig file: no such file")
 
 
 def _operate(registry: Any, settings: Any, *, liveness: str | None) -> int:

@@ -3,13 +3,15 @@
 `DEFAULT_MODULES` is the canonical list: `kopf-csi run` loads it (unless told not to) plus the
 user's own modules; the test and benchmark runners load it too. Each module is either a dotted
 name (`kopf_csi_handlers.provisioner`, `mypkg.handlers`) or a path to a Python file
-(`./my_handlers.py`).
+(`./my_handlers.py`). Dotted names are found from the current directory too, as `python -m`
+finds them, wherever the modules are loaded from: `kopf-csi run`, the sandbox, the testing kit.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import pathlib
 import sys
 from collections.abc import Iterable
@@ -53,6 +55,9 @@ def load(modules: Iterable[str], *, registry: kopf.OperatorRegistry) -> None:
     start-up handler that tells the others when every start-up handler has run
     (`runtime.mark_started`: our own watches start then, as kopf's do).
     """
+    modules = tuple(modules)
+    if not all(is_path(module) for module in modules):
+        _importable_from_here()
     previous = kopf.get_default_registry()
     kopf.set_default_registry(registry)
     try:
@@ -64,6 +69,14 @@ def load(modules: Iterable[str], *, registry: kopf.OperatorRegistry) -> None:
     finally:
         kopf.set_default_registry(previous)
     kopf.on.startup(registry=registry, id=runtime.STARTED_HANDLER_ID)(runtime.mark_started)
+
+
+def _importable_from_here() -> None:
+    """The current directory on the import path, as `python -m` puts it there (a console
+    script's path, `kopf-csi` or `pytest`, starts with its own bin directory instead)."""
+    here = os.getcwd()
+    if not {"", ".", here} & set(sys.path):
+        sys.path.insert(0, here)
 
 
 def _load_module(name: str) -> None:

@@ -78,6 +78,15 @@ def test_config_takes_the_arguments_of_run(capsys: pytest.CaptureFixture[str]) -
          "kopf-csi run: error: no handler modules to run: give -m MODULE, or keep the defaults"),
         (["run", "--time=1s"], {},  # Go takes no abbreviations, nor do we
          "kopf-csi run: error: unrecognized arguments: --time=1s; did you mean --timeout?"),
+        (["run", "--nope"], {},  # explain's --operator is not run's to suggest
+         "kopf-csi run: error: unrecognized arguments: --nope (see kopf-csi run --help)"),
+        (["explain", "pvc/x", "--operatr=http://o"], {},
+         "kopf-csi explain: error: unrecognized arguments: --operatr=http://o; did you mean"
+         " --operator?"),
+        (["run", "--kubeconfig=/nonexistent/config"], {},
+         "kopf-csi run: error: --kubeconfig='/nonexistent/config' is not a kubeconfig file"),
+        (["run"], {"KUBECONFIG": "/nonexistent/a:/nonexistent/b"},
+         "kopf-csi run: error: KUBECONFIG='/nonexistent/a:/nonexistent/b' is not a kubeconfig"),
         (["start"], {}, "kopf-csi: error: argument command: invalid choice: 'start'"),
         ([], {}, "kopf-csi: error: the following arguments are required: command"),
     ],

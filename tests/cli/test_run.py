@@ -7,8 +7,8 @@ We test these aspects:
 - `--no-csi` with the hostdir example's file (`-m handlers/examples/hostdir_provisioner.py`):
   a claim is provisioned with no driver anywhere;
 - a bad value or an unknown module: exit code 2, one line on stderr, no traceback;
-- an operator that cannot start (no driver at the address): exit code 1, the reason logged
-  once, in one line naming the socket and the cause;
+- an operator that cannot start (no driver at the address; no way to log in): exit code 1,
+  the reason logged once, in one line naming the socket (or the login) and the cause;
 - SIGTERM stops an idle operator at once (not after kopf's 5 s for a "hung" task);
 - `-m package.module` is found from the current directory, as `python -m` finds it.
 """
@@ -156,6 +156,30 @@ async def test_an_operator_that_cannot_start_exits_1(
     assert "cannot start without the CSI driver" in last["error"]
     assert f"{tmp_path / 'missing.sock'}" in last["error"]
     assert "No such file or directory" in last["error"]
+
+
+async def test_an_operator_that_cannot_log_in_exits_1(
+    driver: Driver, socket_path: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """No service account, no kubeconfig given, none at ~/.kube/config: one line and exit 1,
+    not a retry every minute with a traceback."""
+    env = _environment(HOME=str(tmp_path))
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    process = await _kopf_csi(
+        "run", f"--csi-address={socket_path}", "--log-format=json", env=env, cwd=tmp_path
+    )
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+    log = stderr.decode()
+    assert process.returncode == 1, log[-3000:]
+    records = [json.loads(line) for line in log.splitlines()]
+    errors = [record for record in records if record["level"] == "error"]
+    assert errors == [records[-1]], log[-3000:]
+    assert (errors[0]["event"], errors[0]["handler"]) == ("operator_failed", "lifecycle.connect")
+    assert "cannot log in to Kubernetes" in errors[0]["error"]
 
 
 STOPPING_MODULE = textwrap.dedent(

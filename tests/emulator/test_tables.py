@@ -8,6 +8,8 @@ We test these aspects:
 - the snapshot and group snapshot kinds' columns are their CRDs' additionalPrinterColumns
   (manifests/crds), converted as apiextensions-apiserver does: null when missing, an age for a
   date, typed booleans and integers;
+- core events: printEvent's columns and wide cells (last and first seen, the series' count, the
+  new API's singletons, `kind/name` in lower case, the source);
 - the printers' details: Terminating, `(default)`, the access modes' order, canonical
   quantities, HumanDuration's steps;
 - over HTTP: a LIST and a GET asked as a Table (includeObject None and Object too, a paginated
@@ -206,6 +208,44 @@ def test_printer_details() -> None:
         "x", "d", "pv", "n", False, "6m30s",
     ]  # fmt: skip
     assert _cells("", "configmaps", {}) == ["x", "2026-12-02T05:00:00Z"]  # the generic table
+
+
+def test_event_cells() -> None:
+    """`kubectl get events`: printEvent's wide row (kubectl hides the priority-1 columns)."""
+    definitions = tables.table("", "events", [], metadata={})["columnDefinitions"]
+    assert [(c["name"], c["priority"]) for c in definitions] == [
+        ("Last Seen", 0), ("Type", 0), ("Reason", 0), ("Object", 0), ("Subobject", 1),
+        ("Source", 1), ("Message", 0), ("First Seen", 1), ("Count", 1), ("Name", 1),
+    ]  # fmt: skip
+    core = {  # as the Go sidecars' recorder posts one, repeated
+        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "data", "namespace": "ns"},
+        "reason": "ProvisioningFailed", "type": "Warning", "message": " no space \n",
+        "source": {"component": "csi-provisioner", "host": "node-1"},
+        "firstTimestamp": "2026-12-02T05:00:00Z", "lastTimestamp": "2026-12-02T05:06:00Z",
+        "count": 3,
+    }  # fmt: skip
+    assert _cells("", "events", core) == [
+        "30s", "Warning", "ProvisioningFailed", "persistentvolumeclaim/data", "",
+        "csi-provisioner, node-1", "no space", "6m30s", 3, "x",
+    ]  # fmt: skip
+    singleton = {  # events.k8s.io/v1's: eventTime, the reporting controller, no count
+        "involvedObject": {"kind": "Pod", "name": "app", "fieldPath": "spec.containers{app}"},
+        "reason": "Scheduled", "type": "Normal", "message": "assigned",
+        "eventTime": "2026-12-02T05:06:20.123456Z", "reportingComponent": "default-scheduler",
+        "reportingInstance": "",
+    }  # fmt: skip
+    assert _cells("", "events", singleton) == [
+        "9s", "Normal", "Scheduled", "pod/app", "spec.containers{app}", "default-scheduler",
+        "assigned", "9s", 1, "x",  # 9.88 s: HumanDuration truncates
+    ]  # fmt: skip
+    series = {
+        **singleton,
+        "involvedObject": {"kind": "Node"},
+        "series": {"count": 7, "lastObservedTime": "2026-12-02T05:06:29.000001Z"},
+    }
+    assert _cells("", "events", series)[:4] == ["0s", "Normal", "Scheduled", "node"]
+    assert _cells("", "events", series)[8] == 7
+    assert _cells("", "events", {})[:4] == ["<unknown>", "", "", ""]
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,30 @@ async def test_nodes_can_be_chosen(cluster):
 """
 
 
+USER_MODULE = """
+import kopf
+
+
+@kopf.on.startup()
+async def mark(memo, **_):
+    memo.marked_by_the_user = True
+"""
+
+USER_TEST_MODULES = """
+import pytest
+from kopf_csi.testing.operator import DEFAULT_MODULES
+
+
+@pytest.fixture
+def handler_modules():
+    return DEFAULT_MODULES + ("myproject.marker",)
+
+
+async def test_the_users_module_runs(operator):
+    assert operator.memo.marked_by_the_user
+"""
+
+
 def run_pytest(project: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return subprocess.run(
@@ -75,3 +99,21 @@ def test_kit_fixtures_work_in_auto_mode(project: pathlib.Path) -> None:
     result = run_pytest(project, "-o", "asyncio_mode=auto")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 passed" in result.stdout, result.stdout
+
+
+def test_a_dotted_module_is_found_from_the_project_folder(tmp_path: pathlib.Path) -> None:
+    """As a user runs it: the `pytest` script (whose path starts with its bin directory, not the
+    current one) in the project's folder, the test in `tests/`, the module in `myproject/`."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "myproject").mkdir()
+    (tmp_path / "myproject" / "marker.py").write_text(textwrap.dedent(USER_MODULE))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mine.py").write_text(textwrap.dedent(USER_TEST_MODULES))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [pathlib.Path(sys.executable).parent / "pytest", "-p", "no:cacheprovider", "-rA"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert "PASSED tests/test_mine.py::test_the_users_module_runs" in out, out

@@ -71,11 +71,11 @@ def test_the_readme_example_passes_in_a_fresh_virtualenv(tmp_path: pathlib.Path)
     assert (site / "kopf_csi_handlers" / "provisioner.py").is_file()
     assert not (site / "handlers").exists()
 
-    project = tmp_path / "project"
-    (project / "myproject").mkdir(parents=True)
-    (project / "myproject" / "__init__.py").write_text("")
+    project = tmp_path / "project"  # the README's files only: no __init__.py, no settings
     for name, text in readme_files().items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
-    output = run(python, "-m", "pytest", "-p", "no:cacheprovider", "-q", cwd=project, timeout=300)
+    # The `pytest` script, as a user types it (not `python -m pytest`, which would put the
+    # project's folder on the path by itself).
+    output = run(venv / "bin" / "pytest", "-p", "no:cacheprovider", "-q", cwd=project, timeout=300)
     assert "2 passed" in output, output

@@ -1,4 +1,6 @@
-"""The kind and dev nox sessions' guard: where they cannot run, they say why and skip.
+"""The kind and dev nox sessions' guard: where they cannot run, they say why and skip. And the
+README's commands on a machine without the session's Python: the sandbox runs on the Python nox
+runs with; a session whose Python is missing fails, saying so.
 
 Not marked `kind`, and not under tests/kind (tests/conftest.py skips whatever has "kind" among
 its keywords, which includes the directory name): this runs everywhere.
@@ -8,8 +10,10 @@ its keywords, which includes the directory name): this runs everywhere.
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 import stat
+import subprocess
 import sys
 from types import ModuleType
 
@@ -67,3 +71,27 @@ def test_this_machine(noxfile: ModuleType) -> None:
     """Whatever this machine has, the answer is a reason or None, never an exception."""
     reason = noxfile.kind_unavailable()
     assert reason is None or "not" in reason
+
+
+def _nox(*args: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("nox")
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir",
+         str(tmp_path / "nox"), *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_a_missing_python_fails_the_session(tmp_path: pathlib.Path) -> None:
+    """Not skipped with exit code 0, as nox does by default off CI: the README's commands would
+    seem to work on a machine without that Python while running nothing."""
+    done = _nox("-s", "lint", "--force-python", "3.99", tmp_path=tmp_path)
+    assert done.returncode != 0, done.stderr
+    assert "Python interpreter 3.99 not found" in done.stderr
+
+
+def test_the_sandbox_runs_on_the_python_nox_runs_with(tmp_path: pathlib.Path) -> None:
+    """The README's first command on any Python 3.11+, not only on a machine with 3.11."""
+    done = _nox("--list", "--json", "-s", "sandbox", tmp_path=tmp_path)
+    (session,) = json.loads(done.stdout)
+    assert session["python"] is None

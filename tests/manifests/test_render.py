@@ -273,8 +273,9 @@ def test_examples_refer_to_existing_objects(rendered: dict[str, list[Body]]) -> 
 
 
 def test_the_sandbox_examples_are_the_base_objects() -> None:
-    """The sandbox reads examples/csidriver.yaml and storageclasses.yaml: links to the base."""
-    for name in ("csidriver.yaml", "storageclasses.yaml"):
+    """The sandbox reads examples/csidriver.yaml, storageclasses.yaml and
+    volumesnapshotclass.yaml: links to the base."""
+    for name in ("csidriver.yaml", "storageclasses.yaml", "volumesnapshotclass.yaml"):
         link = MANIFESTS / "examples" / name
         assert link.resolve() == (MANIFESTS / "base" / name).resolve()
 

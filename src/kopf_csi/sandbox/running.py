@@ -27,18 +27,23 @@ from kopf_csi.modules import ModuleLoadError
 from kopf_csi.sandbox.progress import Check, Tracker, format_checks
 from kopf_csi.settings import CSISettings, HTTPSettings, KubeSettings, Settings
 from kopf_csi.testing.emulator import EmulatedCluster, Subscription
+from kopf_csi.testing.groupsnapshots import GroupSnapshotController
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
+from kopf_csi.testing.scheduling import Scheduler
 
 __all__ = ["main", "run"]
 
 NODE = "node-1"
 DRIVER = "hostpath.csi.kopf.dev"
 TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
-EXAMPLES = ("csidriver.yaml", "storageclasses.yaml", "claims.yaml", "pod.yaml")
+EXAMPLES = (
+    "csidriver.yaml", "storageclasses.yaml", "volumesnapshotclass.yaml", "claims.yaml", "pod.yaml",
+)  # fmt: skip
 RESOURCES = {
     "StorageClass": kube.STORAGE_CLASSES,
     "CSIDriver": kube.CSIDRIVERS,
+    "VolumeSnapshotClass": kube.SNAPSHOT_CLASSES,
     "PersistentVolumeClaim": kube.CLAIMS,
     "Pod": kube.Resource("", "v1", "pods", namespaced=True),
 }
@@ -104,10 +109,7 @@ async def _apply(api: kube.KubeClient, examples: pathlib.Path, names: Sequence[s
     count = 0
     for name in names:
         for doc in yaml.safe_load_all((examples / name).read_text()):
-            if doc:
-                if doc["kind"] == "Pod":
-                    # Stand in for the scheduler, which would pick the (only) node.
-                    doc.setdefault("spec", {}).setdefault("nodeName", NODE)
+            if doc:  # the Pod is given its node by the scheduler's stand-in
                 await api.create(RESOURCES[doc["kind"]], doc)
                 count += 1
     return count
@@ -190,6 +192,8 @@ async def run(args: argparse.Namespace) -> int:
     async with (
         EmulatedCluster(port=args.port) as cluster,
         ControllerManager(cluster),
+        Scheduler(cluster),  # the pods that kubectl creates get the node
+        GroupSnapshotController(cluster),  # the snapshot-controller, for snapshot.yaml
         running_driver(config, socket_path=socket_path, grace=1.0),
     ):
         cluster.write_kubeconfig(kubeconfig)
@@ -225,7 +229,9 @@ def _hints(kubeconfig: pathlib.Path, examples: pathlib.Path, operator: OperatorT
         f"\nserving until Ctrl-C. Try:\n  {kubectl} apply -f {examples / 'claims.yaml'}\n"
         f"  {kubectl} get pvc,pv,volumeattachments -A\n"
         f"  {explain} explain pvc/default/data-wffc --kubeconfig {kubeconfig} "
-        f"--operator {operator.memo.http_server.url}"
+        f"--operator {operator.memo.http_server.url}\n"
+        f"then the rest (a Pod for data-wffc, a snapshot and a claim restored from it):\n"
+        f"  {kubectl} apply -k {examples}"
     )
 
 

@@ -5,7 +5,10 @@ one row of cells per object, with the object's metadata beside each row (kubectl
 NAMESPACE column from there). The columns of each kind are one entry of ``COLUMNS`` below:
 
 - the built-in kinds as kube-apiserver v1.36 prints them (pkg/printers/internalversion: the
-  cells, ``<unset>`` and ``Terminating`` included, the descriptions its tables carry);
+  cells, ``<unset>`` and ``Terminating`` included, the descriptions its tables carry): claims,
+  volumes, attachments, classes, and core events (``kubectl get events``: every cell of the
+  wide row, kubectl hides the priority-1 columns; their descriptions are the Event fields' API
+  docs, not held to a recorded table);
 - the snapshot and group snapshot kinds from their CRDs' ``additionalPrinterColumns``
   (manifests/crds; a test holds the two together), as apiextensions-apiserver converts them:
   a missing value is ``null``, a ``date`` is an age, a column without a description says its
@@ -226,6 +229,44 @@ def _class_name(obj: Body, now: datetime.datetime) -> Cell:
     return str(obj["metadata"]["name"]) + (" (default)" if default else "")
 
 
+def _event_first(obj: Body, now: datetime.datetime) -> Cell:
+    """``printEvent``'s first-seen: ``firstTimestamp``, else the new API's ``eventTime``."""
+    return _age_of(obj.get("firstTimestamp") or obj.get("eventTime"), now)
+
+
+def _event_last(obj: Body, now: datetime.datetime) -> Cell:
+    """Last seen: the series' last observation, else ``lastTimestamp``, else first seen."""
+    series = obj.get("series")
+    if isinstance(series, Mapping):
+        return _age_of(series.get("lastObservedTime"), now)
+    if obj.get("lastTimestamp"):
+        return _age_of(obj["lastTimestamp"], now)
+    return _event_first(obj, now)
+
+
+def _event_count(obj: Body, now: datetime.datetime) -> Cell:
+    """The series' count, else ``count``; a singleton of the new API (no count) is 1."""
+    series = obj.get("series")
+    if isinstance(series, Mapping):
+        return int(series.get("count") or 0)
+    return int(obj.get("count") or 0) or 1
+
+
+def _event_object(obj: Body, now: datetime.datetime) -> Cell:
+    """``kind/name`` of the involved object, its kind in lower case: ``persistentvolumeclaim/x``."""
+    involved = obj.get("involvedObject") or {}
+    kind = str(involved.get("kind") or "").lower()
+    return f"{kind}/{involved['name']}" if involved.get("name") else kind
+
+
+def _event_source(obj: Body, now: datetime.datetime) -> Cell:
+    """``component, host``: the source's, else the reporting controller's and instance's."""
+    source = obj.get("source") or {}
+    component = source.get("component") or obj.get("reportingComponent") or ""
+    instance = source.get("host") or obj.get("reportingInstance") or ""
+    return f"{component}, {instance}" if instance else str(component)
+
+
 def _crd_column(
     name: str, type_: str, path: str, description: str = "", priority: int = 0
 ) -> Column:
@@ -410,6 +451,56 @@ COLUMNS: dict[tuple[str, str], tuple[Column, ...]] = {
             lambda obj, now: bool(obj.get("allowVolumeExpansion")),
         ),
         _AGE,
+    ),
+    ("", "events"): (
+        Column(
+            "Last Seen", "string",
+            "The time at which the most recent occurrence of this event was recorded.",
+            _event_last,
+        ),
+        Column(
+            "Type", "string",
+            "Type of this event (Normal, Warning), new types could be added in the future",
+            _text(".type"),
+        ),
+        Column(
+            "Reason", "string",
+            "This should be a short, machine understandable string that gives the reason for "
+            "the transition into the object's current status.",
+            _text(".reason"),
+        ),
+        Column("Object", "string", "The object that this event is about.", _event_object),
+        Column(
+            "Subobject", "string",
+            "If referring to a piece of an object instead of an entire object, this string "
+            "should contain a valid JSON/Go field access statement, such as "
+            "desiredState.manifest.containers[2].",
+            _text(".involvedObject.fieldPath"), priority=1,
+        ),
+        Column(
+            "Source", "string",
+            "The component reporting this event. Should be a short machine understandable "
+            "string.",
+            _event_source, priority=1,
+        ),
+        Column(
+            "Message", "string", "A human-readable description of the status of this operation.",
+            lambda obj, now: str(obj.get("message") or "").strip(),
+        ),
+        Column(
+            "First Seen", "string",
+            "The time at which the event was first recorded. (Time of server receipt is in "
+            "TypeMeta.)",
+            _event_first, priority=1,
+        ),
+        Column(
+            "Count", "string", "The number of times this event has occurred.", _event_count,
+            priority=1,
+        ),
+        Column(
+            "Name", "string", _NAME_DOC, lambda obj, now: obj["metadata"]["name"], "name",
+            priority=1,
+        ),
     ),
     # manifests/crds, additionalPrinterColumns (tests/emulator/test_tables.py compares them).
     ("snapshot.storage.k8s.io", "volumesnapshots"): (
