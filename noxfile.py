@@ -31,7 +31,7 @@ def install(session: nox.Session, *groups: str, extras: str = "sandbox") -> None
         session.install(*CONSTRAINTS, *nox.project.dependency_groups(PYPROJECT, group))
 
 
-@nox.session(python="3.11")
+@nox.session(python=None)  # the Python nox runs with (3.11+): the README's second command
 def tests(session: nox.Session) -> None:
     """Run the test suite: unit, emulator and end-to-end (kind tests skip without Docker)."""
     install(session, "test", "protos")

@@ -16,6 +16,7 @@ import binascii
 import dataclasses
 import inspect
 import json
+import os
 import pathlib
 import platform
 import sys
@@ -289,12 +290,28 @@ async def _load(kubeconfig: pathlib.Path | None, context: str | None = None) -> 
             kubernetes_asyncio.config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration, try_refresh_token=True
             )
-        except kubernetes_asyncio.config.ConfigException:
+        except kubernetes_asyncio.config.ConfigException as exc:
+            if not _default_kubeconfigs():  # the library would say "Expected key current-context"
+                raise LoginError(
+                    "cannot log in to Kubernetes: not in a pod (no service account), and no"
+                    f" kubeconfig at {_DEFAULT_KUBECONFIG} (set KUBECONFIG or --kubeconfig)"
+                ) from exc
             await kubernetes_asyncio.config.load_kube_config(client_configuration=configuration)
     except (kubernetes_asyncio.config.ConfigException, OSError) as exc:
         where = str(kubeconfig) if kubeconfig else "in-cluster or ~/.kube/config"
         raise LoginError(f"cannot log in to Kubernetes ({where}): {exc}") from exc
     return configuration
+
+
+_DEFAULT_KUBECONFIG = "$KUBECONFIG or ~/.kube/config"
+
+
+def _default_kubeconfigs() -> list[pathlib.Path]:
+    """The files the client library reads without a kubeconfig given: `KUBECONFIG`'s (a list
+    separated by the OS's path separator), else `~/.kube/config`; those that exist."""
+    listed = os.environ.get("KUBECONFIG", "")
+    paths = [p for p in listed.split(os.pathsep) if p] or ["~/.kube/config"]
+    return [path for p in paths if (path := pathlib.Path(p).expanduser()).is_file()]
 
 
 def _limit_tls_reads(size: int) -> None:

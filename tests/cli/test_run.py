@@ -180,6 +180,8 @@ async def test_an_operator_that_cannot_log_in_exits_1(
     assert errors == [records[-1]], log[-3000:]
     assert (errors[0]["event"], errors[0]["handler"]) == ("operator_failed", "lifecycle.connect")
     assert "cannot log in to Kubernetes" in errors[0]["error"]
+    assert "no kubeconfig at $KUBECONFIG or ~/.kube/config" in errors[0]["error"]
+    assert "current-context" not in errors[0]["error"]  # the library's misleading words
 
 
 STOPPING_MODULE = textwrap.dedent(

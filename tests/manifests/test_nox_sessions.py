@@ -90,8 +90,9 @@ def test_a_missing_python_fails_the_session(tmp_path: pathlib.Path) -> None:
     assert "Python interpreter 3.99 not found" in done.stderr
 
 
-def test_the_sandbox_runs_on_the_python_nox_runs_with(tmp_path: pathlib.Path) -> None:
-    """The README's first command on any Python 3.11+, not only on a machine with 3.11."""
-    done = _nox("--list", "--json", "-s", "sandbox", tmp_path=tmp_path)
+@pytest.mark.parametrize("name", ["sandbox", "tests"])
+def test_the_quickstart_runs_on_the_python_nox_runs_with(name: str, tmp_path: pathlib.Path) -> None:
+    """The README's two commands on any Python 3.11+, not only on a machine with 3.11."""
+    done = _nox("--list", "--json", "-s", name, tmp_path=tmp_path)
     (session,) = json.loads(done.stdout)
     assert session["python"] is None
