@@ -31,6 +31,7 @@ import pytest
 from kopf_csi import kube
 from kopf_csi.csi import CSIClient
 from kopf_csi.driver import Driver
+from kopf_csi.introspection import object_state
 from kopf_csi.provisioning.journal import Journal, JournalError, journal_name, lane_names
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
@@ -93,6 +94,8 @@ async def test_the_request_finds_its_record_written(
     await until(lambda: uid in _recorded(cluster), timeout=WRITE * 5)  # nobody asked yet
     assert calls.count("CreateVolume") == 0
     writes = _journal_writes(cluster)
+    state = await _operator_state(operator, uid)  # what explain --operator shows
+    assert state["journal"] == {"recorded": True, "ahead": True}
 
     loop = asyncio.get_running_loop()
     requested = loop.time()
@@ -104,6 +107,19 @@ async def test_the_request_finds_its_record_written(
     assert _journal_writes(cluster) == writes  # the request wrote nothing to the journal
     assert calls.count("CreateVolume") == 1
     await until(lambda: not _recorded(cluster), timeout=WRITE * 5)  # dropped with the outcome
+    state = await _operator_state(operator, uid)
+    assert state["journal"] == {"recorded": False, "ahead": False}
+
+
+async def _operator_state(operator: OperatorThread, uid: str) -> dict[str, Any]:
+    """The operator's debug answer for the claim (`introspection.object_state`, on its loop)."""
+
+    async def state() -> dict[str, Any]:
+        return object_state(operator.memo, "persistentvolumeclaim", "default", "data", uid)
+
+    assert operator._loop is not None
+    future = asyncio.run_coroutine_threadsafe(state(), operator._loop)
+    return await asyncio.wrap_future(future)
 
 
 @pytest.mark.parametrize("outcome", ["deleted", "bound elsewhere"])

@@ -170,6 +170,7 @@ class Provisioner:
             self._forget(key, claim)
             return DONE
         assert storage_class is not None
+        self.expected.pop(key, None)  # requested: its record is the request's now
         owner = ownership.ownership(claim, storage_class, options=self.options)
         if owner is ownership.Ownership.NOT_OURS:
             self._forget(key, claim)
