@@ -77,6 +77,8 @@ async def test_claims_run_reports_every_figure(tmp_path: pathlib.Path) -> None:
     assert 0 < provision["rss_peak"] <= delete["rss_peak"]
     # The timeline and each claim's way: arrival -> CreateVolume -> its PV, for every claim.
     assert sum(provision["pvs_per_100ms"]) == 20
+    assert sum(provision["requests_per_100ms"]) == 20  # KCM asked for every one
+    assert sum(provision["claims_per_100ms"]) == 20
     for name in ("latency_arrival_to_create_volume", "latency_create_volume_to_volume"):
         assert provision[name]["count"] == 20
         assert 0 < provision[name]["p50_ms"] <= provision[name]["p99_ms"]

@@ -81,9 +81,19 @@ async def _claim_waits(env: Env, uids: Sequence[str], started: float) -> dict[st
     timeline_pvs = [0] * (int((last - started) / 0.1) + 1)
     for uid in uids:
         timeline_pvs[int((timeline.volume_created[uid] - started) / 0.1)] += 1
+
+    def per_100ms(moments: dict[str, float]) -> list[int]:
+        chosen = [moments[u] for u in uids if u in moments]
+        counts = [0] * (int((max(chosen, default=started) - started) / 0.1) + 1)
+        for moment in chosen:
+            counts[int((moment - started) / 0.1)] += 1
+        return counts
+
     made = [u for u in uids if u in timeline.create_volume]
     return {
         "pvs_per_100ms": timeline_pvs,
+        "claims_per_100ms": per_100ms(timeline.created),  # the client's POSTs done
+        "requests_per_100ms": per_100ms(timeline.annotated),  # KCM asked for the volume
         "latency_arrival_to_create_volume": report.latencies(
             [timeline.create_volume[u] - timeline.annotated[u] for u in made]
         ),

@@ -355,6 +355,10 @@ def _claim_waits(provision: Mapping[str, Any]) -> list[str]:
     lines = [
         "  the PVs, per 100 ms from the first claim: "
         + " ".join(str(n) for n in provision["pvs_per_100ms"]),
+        "  claims created, per 100 ms: "
+        + " ".join(str(n) for n in provision.get("claims_per_100ms", [])),
+        "  KCM's requests (annotations), per 100 ms: "
+        + " ".join(str(n) for n in provision.get("requests_per_100ms", [])),
         "  each claim, p50 / p99: arrival (annotated) -> CreateVolume done "
         f"{to_create['p50_ms']:g} / {to_create['p99_ms']:g} ms; -> its PV "
         f"{to_volume['p50_ms']:g} / {to_volume['p99_ms']:g} ms",
