@@ -37,7 +37,8 @@ from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.latency import REAL_SERVER, LatencyModel
 
 __all__ = [
-    "CHUNK", "CLASSES", "DRIVER", "KCM_RESYNC_PERIOD", "LATENCY_MODELS", "NAMESPACE", "NODE",
+    "CHUNK", "CLASSES", "DRIVER", "KCM_API_BURST", "KCM_API_QPS", "KCM_RESYNC_PERIOD",
+    "LATENCY_MODELS", "NAMESPACE", "NODE",
     "BenchError", "Body", "Env", "Options", "open_environment", "other_clients", "run_config",
     "wait_until",
 ]  # fmt: skip
@@ -48,6 +49,10 @@ NAMESPACE = "default"
 CLASSES = {"immediate": "kopf-csi-immediate", "wffc": "kopf-csi-wffc"}
 CHUNK = 50  # objects created or deleted between two yields to the event loop
 KCM_RESYNC_PERIOD = 15.0  # seconds: KCM's --pvclaimbinder-sync-period default
+KCM_API_QPS, KCM_API_BURST = 200.0, 400
+"""The real server's kube-controller-manager ran at --kube-api-qps 200 --kube-api-burst 400
+(stack-notes.md, "A minimal kopf operator against a real API server"; KCM's defaults are 20 and
+30): a token bucket per controller's client, with a latency model (`ControllerManager`)."""
 QUIET = 0.5  # seconds without an operator request, its queues empty: the operator is done
 IDLE_CPU = 0.03  # at most this much operator CPU (s) in the last second: it is idle
 Body = dict[str, Any]
@@ -247,7 +252,13 @@ async def open_environment(
             # whole pass, so here it lets the emulated API serve others after each object. Its
             # resync (15 s, at a moment unrelated to the run) is left out: the writes per phase
             # stay exact, and the PATCHes a resync adds are reported as their expectation.
-            ControllerManager(cluster, yield_every=1, resync_period=None) as kcm,
+            ControllerManager(
+                cluster,
+                yield_every=1,
+                resync_period=None,
+                kube_api_qps=KCM_API_QPS,
+                kube_api_burst=KCM_API_BURST,
+            ) as kcm,
             running_driver(config, socket_path=socket_path, grace=1.0, calls=calls) as driver,
         ):
             calls.subscribe(functools.partial(_created_on_driver, cluster.timeline))
