@@ -39,8 +39,8 @@ from kopf_csi.testing.latency import REAL_SERVER, LatencyModel
 __all__ = [
     "CHUNK", "CLASSES", "DRIVER", "KCM_API_BURST", "KCM_API_QPS", "KCM_RESYNC_PERIOD",
     "LATENCY_MODELS", "NAMESPACE", "NODE",
-    "BenchError", "Body", "Env", "Options", "open_environment", "other_clients", "run_config",
-    "wait_until",
+    "BenchError", "Body", "Env", "Options", "kcm_clients", "open_environment", "other_clients",
+    "run_config", "wait_until",
 ]  # fmt: skip
 
 NODE = "node-1"
@@ -297,6 +297,22 @@ def _created_on_driver(timeline: Timeline, record: CallRecord) -> None:
     """CreateVolume made a volume: the claim's step, by its uid (in the name `pvc-<uid>`)."""
     if record.method == "CreateVolume" and record.name.startswith("pvc-"):
         timeline.create_volume.setdefault(record.name[len("pvc-") :], time.perf_counter())
+
+
+def kcm_clients(
+    kcm: ControllerManager, since: dict[str, dict[str, float]] | None = None
+) -> dict[str, dict[str, float]]:
+    """The KCM stand-in's clients' token buckets: requests, how many waited and how long in
+    all (since an earlier reading of these, with `since`)."""
+    counted = ("requests", "delayed", "waited_seconds")
+    result = {}
+    for name, bucket in kcm.buckets.items():
+        figures = {key: float(value) for key, value in bucket.summary().items()}
+        before = (since or {}).get(name, {})
+        for key in counted:
+            figures[key] = round(figures[key] - before.get(key, 0.0), 3)
+        result[name] = figures
+    return result
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
