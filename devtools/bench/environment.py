@@ -37,8 +37,7 @@ from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.latency import REAL_SERVER, LatencyModel
 
 __all__ = [
-    "CHUNK", "CLASSES", "DRIVER", "KCM_API_BURST", "KCM_API_QPS", "KCM_RESYNC_PERIOD",
-    "LATENCY_MODELS", "NAMESPACE", "NODE",
+    "CHUNK", "CLASSES", "DRIVER", "KCM_RESYNC_PERIOD", "LATENCY_MODELS", "NAMESPACE", "NODE",
     "BenchError", "Body", "Env", "Options", "kcm_clients", "open_environment", "other_clients",
     "run_config", "wait_until",
 ]  # fmt: skip
@@ -49,10 +48,6 @@ NAMESPACE = "default"
 CLASSES = {"immediate": "kopf-csi-immediate", "wffc": "kopf-csi-wffc"}
 CHUNK = 50  # objects created or deleted between two yields to the event loop
 KCM_RESYNC_PERIOD = 15.0  # seconds: KCM's --pvclaimbinder-sync-period default
-KCM_API_QPS, KCM_API_BURST = 200.0, 400
-"""The real server's kube-controller-manager ran at --kube-api-qps 200 --kube-api-burst 400
-(stack-notes.md, "A minimal kopf operator against a real API server"; KCM's defaults are 20 and
-30): a token bucket per controller's client, with a latency model (`ControllerManager`)."""
 QUIET = 0.5  # seconds without an operator request, its queues empty: the operator is done
 IDLE_CPU = 0.03  # at most this much operator CPU (s) in the last second: it is idle
 Body = dict[str, Any]
@@ -95,6 +90,13 @@ class Options:
     the Go sidecars (real-apiserver.md, "Burst latency"; kopf-csi's default is 100)."""
     kube_api_burst: int = 2000
     """The operator's `--kube-api-burst`: 2000, as in that comparison (default 200)."""
+    kcm_api_qps: float | None = None
+    """The KCM stand-in's `--kube-api-qps`, a token bucket per controller's client (with a
+    latency model): none by default. The real server's KCM was noted at 200 / 400
+    (stack-notes.md, "A minimal kopf operator against a real API server"; KCM's defaults are
+    20 / 30); at 200 claims nothing waits, at 1,000 the PV controller's annotations, events
+    and bindings wait (docs/benchmarks.md, "The deletion path")."""
+    kcm_api_burst: int = 400
     latency: str = "real"
     """The emulated API's request durations (`LATENCY_MODELS`): `real`, the real server's under
     a 200-claim burst (`kopf_csi.testing.latency.REAL_SERVER`), or `none` (microseconds)."""
@@ -256,8 +258,8 @@ async def open_environment(
                 cluster,
                 yield_every=1,
                 resync_period=None,
-                kube_api_qps=KCM_API_QPS,
-                kube_api_burst=KCM_API_BURST,
+                kube_api_qps=options.kcm_api_qps,
+                kube_api_burst=options.kcm_api_burst,
             ) as kcm,
             running_driver(config, socket_path=socket_path, grace=1.0, calls=calls) as driver,
         ):
@@ -351,6 +353,8 @@ def run_config(options: Options, env: Env, **extra: Any) -> dict[str, Any]:
         "workers": options.workers,
         "kube_api_qps": options.kube_api_qps,
         "kube_api_burst": options.kube_api_burst,
+        "kcm_api_qps": options.kcm_api_qps,
+        "kcm_api_burst": options.kcm_api_burst,
         "driver_durable": False,
         "write_latency": options.write_latency,
         "tls": options.tls,

@@ -343,9 +343,9 @@ def _limiter(buckets: dict[str, Any] | None) -> str:
 
 
 def _kcm_clients(clients: Mapping[str, Any]) -> str:
-    """Each controller's client's token bucket in a phase (off: no limit set)."""
+    """Each controller's client's token bucket in a phase (none: no limit set)."""
     if not clients:
-        return "no limit"
+        return "no limit (--kcm-api-qps)"
     some = next(iter(clients.values()))
     parts = [
         f"{name} {c['requests']:g} requests, {c['delayed']:g} waited {c['waited_seconds']:.3f} s"
