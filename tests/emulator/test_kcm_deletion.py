@@ -102,7 +102,7 @@ async def timed(
     model = model or LatencyModel(write=0.002, read=0.001)
     async with EmulatedCluster(latency=model) as cluster:
         cluster.create("storageclasses", {"metadata": {"name": "fast"}, "provisioner": DRIVER})
-        async with ControllerManager(cluster, **options) as kcm:
+        async with ControllerManager(cluster, resync_period=None, **options) as kcm:
             assert kcm.timed
             yield cluster, kcm
 
