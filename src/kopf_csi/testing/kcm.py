@@ -151,8 +151,8 @@ class ControllerManager(ControllerRunner):
         protection: bool = True,  # the pvc-protection and pv-protection controllers
         resync_period: float | None = 15.0,  # every claim and volume synced again (None: never)
         yield_every: int | None = None,  # objects per turn of the loop (None: a pass at once)
-        kube_api_qps: float | None = None,  # each controller's client limit, with a model only
-        kube_api_burst: int = 30,  # (KCM's flags; its defaults are 20 and 30; None: no limit)
+        kube_api_qps: float | None = None,  # each controller's client's limit (None: none)
+        kube_api_burst: int = 30,  # (KCM's flags, 20 and 30 by default; with a model only)
     ) -> None:
         enabled = {
             "volumes": volumes, "attachments": attachments, "scheduler": scheduler,

@@ -167,15 +167,15 @@ class ControllerRunner(StandIn):
         self.enabled = enabled
         self.resync_period = resync_period
         self.yield_every = yield_every
+        """With a number, a pass lets the emulated API serve others after that many objects,
+        as a KCM in its own process would (the benchmark's); its cache can then be stale, and
+        a write of it lose a race, as the real one's can. None: each pass at once (atomic)."""
         self.kube_api_qps = kube_api_qps
         self.kube_api_burst = kube_api_burst
         """KCM's ``--kube-api-qps``/``--kube-api-burst``: a token bucket per controller's
         client, with a latency model only (without one, a pass stays atomic)."""
         self.buckets: dict[str, TokenBucket] = {}
         """The controllers' clients' buckets, by client name, as they were first used."""
-        """With a number, a pass lets the emulated API serve others after that many objects,
-        as a KCM in its own process would (the benchmark's); its cache can then be stale, and
-        a write of it lose a race, as the real one's can. None: each pass at once (atomic)."""
         self._lock = asyncio.Lock()
         self.passes = 0
         self.resyncs = 0
