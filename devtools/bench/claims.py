@@ -23,6 +23,7 @@ from devtools.bench.environment import (
     Body,
     Env,
     Options,
+    kcm_clients,
     open_environment,
     other_clients,
     run_config,
@@ -182,6 +183,8 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
         provision["claims_per_s"] = rate(n, provision["seconds_to_bound"])
         provision["volumes_per_s"] = rate(n, provision["seconds_to_volumes"])
 
+        provision["kcm_clients"] = kcm_clients(env.kcm)
+
         # -- delete --
         mark = take_mark(env)
         deleted: list[str] = []
@@ -211,6 +214,7 @@ async def run_claims(options: Options, progress: Progress) -> dict[str, Any]:
             },
         )  # fmt: skip
         delete["seconds"] = round(max(timeline.volume_deleted[u] for u in uids) - mark.started, 3)
+        delete["kcm_clients"] = kcm_clients(env.kcm, since=provision["kcm_clients"])
         delete["claims_per_s"] = rate(n, delete["seconds"])
 
         end = env.sample()

@@ -38,8 +38,8 @@ from kopf_csi.testing.latency import REAL_SERVER, LatencyModel
 
 __all__ = [
     "CHUNK", "CLASSES", "DRIVER", "KCM_RESYNC_PERIOD", "LATENCY_MODELS", "NAMESPACE", "NODE",
-    "BenchError", "Body", "Env", "Options", "open_environment", "other_clients", "run_config",
-    "wait_until",
+    "BenchError", "Body", "Env", "Options", "kcm_clients", "open_environment", "other_clients",
+    "run_config", "wait_until",
 ]  # fmt: skip
 
 NODE = "node-1"
@@ -90,6 +90,13 @@ class Options:
     the Go sidecars (real-apiserver.md, "Burst latency"; kopf-csi's default is 100)."""
     kube_api_burst: int = 2000
     """The operator's `--kube-api-burst`: 2000, as in that comparison (default 200)."""
+    kcm_api_qps: float | None = None
+    """The KCM stand-in's `--kube-api-qps`, a token bucket per controller's client (with a
+    latency model): none by default. The real server's KCM was noted at 200 / 400
+    (stack-notes.md, "A minimal kopf operator against a real API server"; KCM's defaults are
+    20 / 30); at 200 claims nothing waits, at 1,000 the PV controller's annotations, events
+    and bindings wait (docs/benchmarks.md, "The deletion path")."""
+    kcm_api_burst: int = 400
     latency: str = "real"
     """The emulated API's request durations (`LATENCY_MODELS`): `real`, the real server's under
     a 200-claim burst (`kopf_csi.testing.latency.REAL_SERVER`), or `none` (microseconds)."""
@@ -247,7 +254,13 @@ async def open_environment(
             # whole pass, so here it lets the emulated API serve others after each object. Its
             # resync (15 s, at a moment unrelated to the run) is left out: the writes per phase
             # stay exact, and the PATCHes a resync adds are reported as their expectation.
-            ControllerManager(cluster, yield_every=1, resync_period=None) as kcm,
+            ControllerManager(
+                cluster,
+                yield_every=1,
+                resync_period=None,
+                kube_api_qps=options.kcm_api_qps,
+                kube_api_burst=options.kcm_api_burst,
+            ) as kcm,
             running_driver(config, socket_path=socket_path, grace=1.0, calls=calls) as driver,
         ):
             calls.subscribe(functools.partial(_created_on_driver, cluster.timeline))
@@ -288,6 +301,22 @@ def _created_on_driver(timeline: Timeline, record: CallRecord) -> None:
         timeline.create_volume.setdefault(record.name[len("pvc-") :], time.perf_counter())
 
 
+def kcm_clients(
+    kcm: ControllerManager, since: dict[str, dict[str, float]] | None = None
+) -> dict[str, dict[str, float]]:
+    """The KCM stand-in's clients' token buckets: requests, how many waited and how long in
+    all (since an earlier reading of these, with `since`)."""
+    counted = ("requests", "delayed", "waited_seconds")
+    result = {}
+    for name, bucket in kcm.buckets.items():
+        figures = {key: float(value) for key, value in bucket.summary().items()}
+        before = (since or {}).get(name, {})
+        for key in counted:
+            figures[key] = round(figures[key] - before.get(key, 0.0), 3)
+        result[name] = figures
+    return result
+
+
 async def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -324,6 +353,8 @@ def run_config(options: Options, env: Env, **extra: Any) -> dict[str, Any]:
         "workers": options.workers,
         "kube_api_qps": options.kube_api_qps,
         "kube_api_burst": options.kube_api_burst,
+        "kcm_api_qps": options.kcm_api_qps,
+        "kcm_api_burst": options.kcm_api_burst,
         "driver_durable": False,
         "write_latency": options.write_latency,
         "tls": options.tls,

@@ -312,6 +312,10 @@ def format_claims(report: Mapping[str, Any]) -> str:
     ]
     lines += _phase_details(report, ("provision", "delete"))
     lines += _claim_waits(provision)
+    for phase in ("provision", "delete"):
+        clients = report[phase].get("kcm_clients")
+        if clients is not None:
+            lines.append(f"  KCM stand-in's clients, {phase}: " + _kcm_clients(clients))
     lines += _traffic(report)
     lines += [
         f"  events posted by the operator: {report['operator_events'] or 'none'}; "
@@ -336,6 +340,18 @@ def _limiter(buckets: dict[str, Any] | None) -> str:
     ]
     some = next(iter(buckets.values()))
     return f"QPS {some['qps']:g}, burst {some['burst']}: " + "; ".join(parts)
+
+
+def _kcm_clients(clients: Mapping[str, Any]) -> str:
+    """Each controller's client's token bucket in a phase (none: no limit set)."""
+    if not clients:
+        return "no limit (--kcm-api-qps)"
+    some = next(iter(clients.values()))
+    parts = [
+        f"{name} {c['requests']:g} requests, {c['delayed']:g} waited {c['waited_seconds']:.3f} s"
+        for name, c in clients.items()
+    ]
+    return f"QPS {some['qps']:g}, burst {some['burst']:g}: " + "; ".join(parts)
 
 
 def _tally(figures: Mapping[str, Any] | None, unit: str = "") -> str:

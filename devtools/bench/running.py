@@ -99,6 +99,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--kube-api-burst", type=int, default=Options.kube_api_burst,
         help="the operator's --kube-api-burst (default: 2000)",
     )  # fmt: skip
+    parser.add_argument(
+        "--kcm-api-qps", type=float, default=Options.kcm_api_qps,
+        help="the KCM stand-in's --kube-api-qps: a token bucket per controller's client, with "
+        "a latency model (default: none; the real server's KCM ran at 200)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kcm-api-burst", type=int, default=Options.kcm_api_burst,
+        help="the KCM stand-in's --kube-api-burst (default: 400, the real server's KCM)",
+    )  # fmt: skip
     parser.add_argument("--idle-wait", type=float, default=6.0, help="scale mode: idle seconds")
     parser.add_argument("--timeout", type=float, default=None, help="seconds allowed per phase")
     parser.add_argument("--dir", type=pathlib.Path, default=None, help="working directory (kept)")
@@ -137,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         workers=args.workers,
         kube_api_qps=args.kube_api_qps,
         kube_api_burst=args.kube_api_burst,
+        kcm_api_qps=args.kcm_api_qps,
+        kcm_api_burst=args.kcm_api_burst,
         scale=args.scale,
         attach=args.attach,
         workdir=args.dir,

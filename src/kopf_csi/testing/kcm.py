@@ -13,7 +13,9 @@ What it mirrors, from kubernetes/kubernetes (read, not copied; see sidecars.md Â
   classes (events ``WaitForFirstConsumer``/``WaitForPodScheduled``), else sets both
   storage-provisioner annotations and emits ``ExternalProvisioning``; ``bind`` writes the PV
   claimRef, PV phase, claim volumeName and annotations, claim status, in that order;
-  ``syncBoundClaim`` marks claims ``Lost``; ``syncVolume`` sets Available/Bound/Released.
+  ``syncBoundClaim`` marks claims ``Lost``; ``syncVolume`` sets Available/Bound/Released, and
+  at every sync of a released volume with the Delete policy ``reclaimVolume`` starts
+  ``deleteVolumeOperation``, which for an external provisioner only reads the volume afresh.
 - Attach/detach controller with the CSI plugin (pkg/volume/csi/csi_attacher.go
   ``getAttachmentName``, csi_plugin.go ``skipAttach``): one VolumeAttachment per (CSI volume,
   node) in use by a scheduled pod unless the CSIDriver says ``attachRequired: false``
@@ -51,7 +53,7 @@ from collections.abc import Iterator
 
 from kopf_csi.testing.emulator import Body, Change, EmulatedCluster
 from kopf_csi.testing.kcmevents import EventRecorder
-from kopf_csi.testing.kcmrunning import PVCS, ControllerRunner
+from kopf_csi.testing.kcmrunning import PVCS, PVS, ControllerRunner
 from kopf_csi.testing.latency import ObjectPath
 
 __all__ = ["ControllerManager", "attachment_name"]
@@ -119,6 +121,12 @@ def _pod_active(pod: Body) -> bool:
     return _phase(pod) not in ("Succeeded", "Failed")
 
 
+def _uses(pods: list[Body], claim: Body) -> bool:
+    """An active pod among `pods` names the claim."""
+    name = _meta(claim)["name"]
+    return any(name in _pod_claims(pod) and _pod_active(pod) for pod in pods)
+
+
 class ControllerManager(ControllerRunner):
     """``async with ControllerManager(cluster): ...`` runs the stand-in as a background task."""
 
@@ -143,13 +151,20 @@ class ControllerManager(ControllerRunner):
         protection: bool = True,  # the pvc-protection and pv-protection controllers
         resync_period: float | None = 15.0,  # every claim and volume synced again (None: never)
         yield_every: int | None = None,  # objects per turn of the loop (None: a pass at once)
+        kube_api_qps: float | None = None,  # each controller's client's limit (None: none)
+        kube_api_burst: int = 30,  # (KCM's flags, 20 and 30 by default; with a model only)
     ) -> None:
         enabled = {
             "volumes": volumes, "attachments": attachments, "scheduler": scheduler,
             "protection": protection,
         }  # fmt: skip
         super().__init__(
-            cluster, enabled=enabled, resync_period=resync_period, yield_every=yield_every
+            cluster,
+            enabled=enabled,
+            resync_period=resync_period,
+            yield_every=yield_every,
+            kube_api_qps=kube_api_qps,
+            kube_api_burst=kube_api_burst,
         )
         self._events = EventRecorder(
             cluster,
@@ -430,14 +445,14 @@ class ControllerManager(ControllerRunner):
         else:
             claim = self._claim(ref.get("namespace") or "", ref.get("name") or "")
             if claim is None or claim["metadata"]["uid"] != ref["uid"]:
-                if _phase(volume) in ("Released", "Failed"):
-                    return
-                # syncVolume asks the API server before it releases the volume
-                async with self._wait(
-                    ObjectPath(PVCS, ref.get("namespace"), ref.get("name")), "GET"
-                ):
-                    pass
-                phase = "Released"
+                if _phase(volume) not in ("Released", "Failed"):
+                    # syncVolume asks the API server before it releases the volume
+                    path = ObjectPath(PVCS, ref.get("namespace"), ref.get("name"))
+                    async with self._wait(path, "GET"):
+                        pass
+                    volume = await self._release(volume)
+                await self._reclaim(volume)  # at every sync of a released volume
+                return
             elif not _spec(claim).get("volumeName"):
                 return  # the claim sync finishes the binding
             elif _spec(claim)["volumeName"] == volume["metadata"]["name"]:
@@ -445,7 +460,11 @@ class ControllerManager(ControllerRunner):
             elif ANN_PROVISIONED_BY in _annotations(volume) and (
                 _spec(volume).get("persistentVolumeReclaimPolicy") == "Delete"
             ):
-                phase = "Released"  # provisioned for a claim that got bound elsewhere
+                # provisioned for a claim that got bound elsewhere
+                if _phase(volume) not in ("Released", "Failed"):
+                    volume = await self._release(volume)
+                await self._reclaim(volume)
+                return
             else:
                 await self._unbind(volume)
                 return
@@ -453,6 +472,29 @@ class ControllerManager(ControllerRunner):
             await self._timed_update(
                 "persistentvolumes", volume, {"status": {"phase": phase}}, status=True
             )
+
+    async def _release(self, volume: Body) -> Body:
+        return await self._timed_update(
+            "persistentvolumes", volume, {"status": {"phase": "Released"}}, status=True
+        )
+
+    async def _reclaim(self, volume: Body) -> None:
+        """reclaimVolume, for the Delete policy (Retain: nothing; Recycle, in-tree: left
+        out): ``deleteVolumeOperation`` as an operation of its own, one at a time per volume.
+        It reads the volume afresh (a GET); the deletion is the external provisioner's, so
+        that read is all it sends. Every sync of a released volume starts one (unless one
+        runs): each change to the volume while it is deleted costs the PV controller's client
+        a request."""
+        meta = _meta(volume)
+        if _spec(volume).get("persistentVolumeReclaimPolicy") != "Delete":
+            return
+        name = meta["name"]
+
+        async def read_afresh() -> None:
+            async with self._wait(ObjectPath(PVS, None, name), "GET"):
+                pass
+
+        await self._operation(f"delete-{name}[{meta['uid']}]", PVS, ("", name), read_afresh)
 
     async def _unbind(self, volume: Body) -> None:
         if ANN_BOUND_BY_CONTROLLER in _annotations(volume):
@@ -470,16 +512,22 @@ class ControllerManager(ControllerRunner):
     # --- pvc-protection and pv-protection controllers --------------------------------------
 
     async def _sync_claim_protection(self, claim: Body) -> None:
+        """isBeingUsed: the informer's pods first; if none uses the claim, with a latency
+        model, a live LIST of the namespace's pods too (once per batch: `_live_pods`), as a
+        pod may not be in the informer yet. Without a model the pass is atomic: the cache is
+        the cluster."""
         meta = _meta(claim)
-        if not meta.get("deletionTimestamp"):
+        if not meta.get("deletionTimestamp") or FINALIZER_PVC_PROTECTION not in (
+            meta.get("finalizers") or []
+        ):
             return
-        in_use = any(
-            meta["name"] in _pod_claims(pod) and _pod_active(pod)
-            for (namespace, _), pod in self._cache["pods"].items()
-            if namespace == meta.get("namespace")
-        )
-        if not in_use:
-            await self._unprotect("persistentvolumeclaims", claim, FINALIZER_PVC_PROTECTION)
+        namespace = meta.get("namespace") or ""
+        cached = [pod for (ns, _), pod in self._cache["pods"].items() if ns == namespace]
+        if _uses(cached, claim):
+            return
+        if self.timed and _uses(await self._live_pods(namespace), claim):
+            return
+        await self._unprotect("persistentvolumeclaims", claim, FINALIZER_PVC_PROTECTION)
 
     async def _sync_volume_protection(self, volume: Body) -> None:
         if _meta(volume).get("deletionTimestamp") and _phase(volume) != "Bound":

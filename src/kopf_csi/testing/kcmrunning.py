@@ -38,21 +38,33 @@ as read in kubernetes/kubernetes:
   ``scheduleOperation``: a goroutine per claim (goroutinemap: one at a time per claim, a
   second request while it runs is skipped), so the claim worker goes on at once and the
   annotations of a burst go out side by side. Deletion of a volume (``reclaimVolume``) is such
-  an operation too; for an external provisioner it only reads, so it is left out here.
+  an operation too, started at every sync of a released volume unless one runs; for an
+  external provisioner it only reads the volume afresh (``deleteVolumeOperation``'s GET).
 - ``syncVolume``, for a claim it finds in neither cache, asks the API server (a GET, in the
   volume worker) before it marks the volume Released: that read waits its time too.
 - The protection controllers run with ``Run(ctx, 1)`` (cmd/kube-controller-manager, core.go):
-  one worker each, so claims' and volumes' finalizers go one at a time. (pvc-protection's live
-  list of pods, one per namespace batch, is left out.)
+  one worker each, so claims' and volumes' finalizers go one at a time. pvc-protection's
+  worker takes the claims queued for one namespace as a batch (pvc_protection_controller.go,
+  ``processPVCsByNamespace``); a deleted claim that no pod in its informer uses is checked
+  again against a live LIST of the namespace's pods, made once per batch (``askAPIServer``,
+  ``LazyLivePodList``) and waited for like any request (`_live_pods`).
 - Events go through client-go's broadcaster, which posts them from its own goroutine: nobody
   waits for them; each lands after its own time.
 - The scheduler's selected-node and the attach/detach controller share one worker here; the
   VolumeAttachments' creation and deletion are operations of their own (the attach/detach
   controller's operation executor runs one goroutine per volume).
 
-Left out: KCM's client-side rate limiter (``--kube-api-qps``, per controller client), and any
-dependence of a request's duration on how many are in flight: the model's means are the real
-server's averages over a whole burst.
+- Each controller has a client of its own (``ClientBuilder.ClientOrDie(name)``), and client-go
+  gives each client a token bucket (``--kube-api-qps``/``--kube-api-burst``, KCM-wide; KCM's
+  defaults are 20/30): with ``kube_api_qps``, every request of a controller (its workers', its
+  operations', its events') first takes a token of its client's bucket, in the order asked
+  (`kopf_csi.throttling.TokenBucket`, client-go's semantics), then takes its time. The PV
+  controller's client is the busiest: its events, and in a deletion a GET of the claim, the
+  PUT of the phase and a GET of the volume by every deletion operation (`kcm.py`,
+  ``_reclaim``). The scheduler's writes are kube-scheduler's, not KCM's: not limited here.
+
+Left out: any dependence of a request's duration on how many are in flight: the model's means
+are the real server's averages over a whole burst.
 """
 
 from __future__ import annotations
@@ -70,12 +82,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
 from kopf_csi.testing.latency import ObjectPath
 from kopf_csi.testing.standins import StandIn
+from kopf_csi.throttling import TokenBucket
 
-__all__ = ["PVCS", "PVS", "ControllerRunner"]
+__all__ = [
+    "ATTACH_DETACH", "BINDER", "PVCS", "PVC_PROTECTION", "PVS", "PV_PROTECTION",
+    "ControllerRunner",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 PVCS, PVS = "persistentvolumeclaims", "persistentvolumes"
+
+# The controllers' clients, by the names KCM builds them with (cmd/kube-controller-manager,
+# ``ClientBuilder.ClientOrDie``): one token bucket each.
+BINDER = "persistent-volume-binder"
+PVC_PROTECTION = "pvc-protection-controller"
+PV_PROTECTION = "pv-protection-controller"
+ATTACH_DETACH = "attachdetach-controller"
 
 Key = tuple[str, str]  # namespace ("" for a cluster-scoped object), name
 Work = Callable[[], Awaitable[None]]
@@ -84,9 +107,24 @@ _IN_OPERATION = contextvars.ContextVar("kcm_in_operation", default=False)
 """Running in a per-object operation of its own (a goroutine in KCM: `scheduleOperation`),
 not in one of the workers that write one object at a time (`LatencyModel.sequential`)."""
 
+_CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("kcm_client", default=None)
+"""Whose requests these are: the client (and so the token bucket) of the controller running
+(None: not limited). Set by each worker; its operations and events inherit it."""
+
+_BATCH: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("kcm_batch", default=None)
+"""The batch of claims pvc-protection's worker is on (None: not batched)."""
+
 _RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
 """Syncing claims for a resync: their events are posted again (per task: a provisioning
 operation started by a resync's sync posts again too)."""
+
+
+@dataclasses.dataclass
+class _Batch:
+    """The claims of one namespace that pvc-protection's worker takes together, and the live
+    list of that namespace's pods once one of them asked for it (``LazyLivePodList``)."""
+
+    pods: list[Body] | None = None
 
 
 @dataclasses.dataclass
@@ -96,9 +134,18 @@ class _Lane:
 
     plural: str
     sync: Callable[[Body], Awaitable[None]] | None  # None: the scheduler and attach/detach
+    client: str | None = None  # whose token bucket its requests take (None: no limit)
+    by_namespace: bool = False  # a namespace's queued keys taken as one batch (pvc-protection)
     keys: dict[Key, bool] = dataclasses.field(default_factory=dict)
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     busy: bool = False
+
+    def take(self) -> list[tuple[Key, bool]]:
+        """The next key (the oldest queued), or with `by_namespace` every key queued for its
+        namespace, in the order queued; taken off the queue."""
+        first = next(iter(self.keys))
+        keys = [k for k in self.keys if k[0] == first[0]] if self.by_namespace else [first]
+        return [(key, self.keys.pop(key)) for key in keys]
 
 
 class ControllerRunner(StandIn):
@@ -113,6 +160,8 @@ class ControllerRunner(StandIn):
         enabled: dict[str, bool],  # "volumes", "attachments", "scheduler", "protection"
         resync_period: float | None,  # every claim and volume synced again (None: never)
         yield_every: int | None,  # objects per turn of the loop (None: a pass at once)
+        kube_api_qps: float | None = None,  # each controller client's limit (None: none)
+        kube_api_burst: int = 30,
     ) -> None:
         super().__init__(cluster)
         self.enabled = enabled
@@ -121,6 +170,12 @@ class ControllerRunner(StandIn):
         """With a number, a pass lets the emulated API serve others after that many objects,
         as a KCM in its own process would (the benchmark's); its cache can then be stale, and
         a write of it lose a race, as the real one's can. None: each pass at once (atomic)."""
+        self.kube_api_qps = kube_api_qps
+        self.kube_api_burst = kube_api_burst
+        """KCM's ``--kube-api-qps``/``--kube-api-burst``: a token bucket per controller's
+        client, with a latency model only (without one, a pass stays atomic)."""
+        self.buckets: dict[str, TokenBucket] = {}
+        """The controllers' clients' buckets, by client name, as they were first used."""
         self._lock = asyncio.Lock()
         self.passes = 0
         self.resyncs = 0
@@ -305,13 +360,17 @@ class ControllerRunner(StandIn):
             return {}
         enabled = self.enabled
         lanes = {
-            "claims": _Lane(PVCS, self._sync_claim) if enabled["volumes"] else None,
-            "volumes": _Lane(PVS, self._sync_volume) if enabled["volumes"] else None,
+            "claims": _Lane(PVCS, self._sync_claim, BINDER) if enabled["volumes"] else None,
+            "volumes": _Lane(PVS, self._sync_volume, BINDER) if enabled["volumes"] else None,
             "claim-protection": (
-                _Lane(PVCS, self._sync_claim_protection) if enabled["protection"] else None
+                _Lane(PVCS, self._sync_claim_protection, PVC_PROTECTION, by_namespace=True)
+                if enabled["protection"]
+                else None
             ),
             "volume-protection": (
-                _Lane(PVS, self._sync_volume_protection) if enabled["protection"] else None
+                _Lane(PVS, self._sync_volume_protection, PV_PROTECTION)
+                if enabled["protection"]
+                else None
             ),
             "pods": _Lane("pods", None),
         }
@@ -329,37 +388,80 @@ class ControllerRunner(StandIn):
 
     async def _work(self, lane: _Lane) -> None:
         """One worker: its keys one at a time, in the order queued (a workqueue's)."""
+        _CLIENT.set(lane.client)  # this task's: its operations and events inherit it
         while True:
             await lane.wake.wait()
             lane.wake.clear()
             while lane.keys:
-                key = next(iter(lane.keys))
-                resyncing = lane.keys.pop(key)
+                batch = lane.take()
                 lane.busy = True
                 try:
-                    if lane.sync is not None:
-                        await self._step(lane.plural, key, lane.sync, resyncing=resyncing)
-                        continue
-                    if self.enabled["scheduler"]:
-                        await self._whole(self._sync_scheduler)
-                    if self.enabled["attachments"]:
-                        await self._whole(self._sync_attachments)
+                    await self._work_on(lane, batch)
                 except Exception:  # as `_pass`: said, and the next change retries
                     log.exception("kcm stand-in: %s worker failed", lane.plural)
                 finally:
                     lane.busy = False
             self._passed.set()
 
+    async def _work_on(self, lane: _Lane, batch: list[tuple[Key, bool]]) -> None:
+        if lane.sync is None:
+            if self.enabled["scheduler"]:
+                token = _CLIENT.set(None)  # kube-scheduler's own client, not KCM's
+                try:
+                    await self._whole(self._sync_scheduler)
+                finally:
+                    _CLIENT.reset(token)
+            if self.enabled["attachments"]:
+                token = _CLIENT.set(ATTACH_DETACH)
+                try:
+                    await self._whole(self._sync_attachments)
+                finally:
+                    _CLIENT.reset(token)
+            return
+        batched = _BATCH.set(_Batch() if lane.by_namespace else None)
+        try:
+            for key, resyncing in batch:
+                await self._step(lane.plural, key, lane.sync, resyncing=resyncing)
+        finally:
+            _BATCH.reset(batched)
+
+    async def _live_pods(self, namespace: str) -> list[Body]:
+        """The namespace's pods as a live LIST returns them (after its time), once per batch
+        of pvc-protection's (``LazyLivePodList``: the first claim that needs it lists)."""
+        batch = _BATCH.get()
+        if batch is not None and batch.pods is not None:
+            return batch.pods
+        async with self._wait(ObjectPath("pods", namespace, None), "GET"):
+            pods = self.cluster.objects("pods", namespace=namespace)
+        if batch is not None:
+            batch.pods = pods
+        return pods
+
     @contextlib.asynccontextmanager
     async def _wait(self, path: ObjectPath, method: str) -> AsyncIterator[None]:
-        """A request of ours takes its time (the cluster's model, each object's writes in
-        turn, as the HTTP requests'); the write is made inside. None without a model."""
+        """A request of ours waits for its client's token (with `kube_api_qps`), then takes
+        its time (the cluster's model, each object's writes in turn, as the HTTP requests');
+        the write is made inside. None without a model."""
         if not self.timed:
             yield
             return
+        await self._throttle()
         sequential = not _IN_OPERATION.get()
         async with self.cluster.latency.request(method, path, watch=False, sequential=sequential):
             yield
+
+    async def _throttle(self) -> None:
+        """client-go's ``tryThrottle``: a token of the running controller's client, waited for
+        in the order asked (none without `kube_api_qps`, or outside a controller's client)."""
+        client = _CLIENT.get()
+        if self.kube_api_qps is None or client is None:
+            return
+        bucket = self.buckets.get(client)
+        if bucket is None:
+            bucket = self.buckets[client] = TokenBucket(self.kube_api_qps, self.kube_api_burst)
+        delay = bucket.reserve(asyncio.get_running_loop().time())
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     async def _timed_update(
         self, plural: str, obj: Body, changes: Body, *, status: bool = False

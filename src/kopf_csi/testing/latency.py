@@ -122,7 +122,7 @@ REAL_SERVER = LatencyModel(
         "GET persistentvolumes": 0.002,
     },
     write=0.010,  # other writes (leases, VolumeAttachments, snapshots): not measured; 10 ms
-    read=0.003,
+    read=0.003,  # other reads (pvc-protection's LIST of pods): not measured; as the GETs
     sigma=0.5,
     seed=1,
     # KCM's single workers write one object at a time, mostly after the burst's peak: the
