@@ -12,8 +12,9 @@ We test these aspects:
 - a claim recorded ahead and then deleted, or bound to an existing PV, without a request: its
   record is dropped and the driver is never called;
 - the journal itself: a `record` while the write ahead is in flight joins that write (one
-  write, not two); a record released while its write is in flight is removed after it; a
-  failed write ahead fails the request waiting on it, and the next request writes again;
+  write, not two); a record released while its write is in flight is removed after it; one
+  recorded again while its removal is in flight is written again after it; a failed write
+  ahead fails the request waiting on it, and the next request writes again;
 - the promise across a restart: a claim recorded ahead, requested, sent to the driver and then
   deleted while the operator is down is finished after the restart (its record has no request
   in it, yet it is not forgotten): no volume is left on the driver.
@@ -194,6 +195,24 @@ async def test_a_record_released_during_its_write_is_removed_after_it(
         timeout=WRITE * 5,
     )
     assert not journal.holds("uid-a")
+
+
+async def test_a_record_made_again_during_its_removal_is_written_after_it(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    """Released (an outcome), then recorded again (a retry) while the removal is in flight:
+    the record must be durable again when `record` returns, not removed after it."""
+    journal = Journal(api, namespace="default", name="journal", lanes=1, removal_delay=0.0)
+    await journal.load()
+    await journal.record(_with_uid("a"))
+    _slow_journal(cluster)
+    journal.release("uid-a")
+    await _writing(cluster, 2)  # the removal is on its way
+    assert not journal.holds("uid-a")
+    await journal.record(_with_uid("a"))
+    assert journal.writes == 3  # the record, its removal, the record again
+    assert "uid-a" in cluster.get("configmaps", "default", "journal")["data"]
+    assert journal.holds("uid-a")
 
 
 async def test_a_failed_write_ahead_fails_its_request_and_the_next_writes_again(

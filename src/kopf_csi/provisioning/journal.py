@@ -193,6 +193,7 @@ class _Lane:
         self._batch: asyncio.Future[None] | None = None  # the next write's outcome
         self._writing: dict[str, asyncio.Future[None]] = {}  # in flight: uid -> its outcome
         self._dropped: set[str] = set()  # released while in flight: removed once written
+        self._removing: set[str] = set()  # removals in flight
         self._recorded: set[str] = set()
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
@@ -220,7 +221,7 @@ class _Lane:
 
     def holds(self, uid: str) -> bool:
         """Whether the claim is recorded (or about to be) and not being dropped (read-only)."""
-        if uid in self._removes or uid in self._dropped:
+        if uid in self._removes or uid in self._dropped or uid in self._removing:
             return False
         return uid in self._recorded or uid in self._adds or uid in self._writing
 
@@ -229,8 +230,8 @@ class _Lane:
         self._dropped.discard(uid)
         if uid in self._writing:  # prerecorded, its write in flight: wait for that write
             await asyncio.shield(self._writing[uid])  # its failure is this caller's too
-        if uid in self._recorded and uid not in self._removes:
-            return
+        if uid in self._recorded and not ({uid} & (self._removes | self._removing)):
+            return  # durable, and no removal on its way: else written again after it
         await asyncio.shield(self.prerecord(uid, claim))
 
     def prerecord(self, uid: str, claim: Body) -> asyncio.Future[None]:
@@ -292,6 +293,7 @@ class _Lane:
             self.busy_since = asyncio.get_running_loop().time()
             if batch is not None:
                 self._writing = dict.fromkeys(adds, batch)
+            self._removing = removes
             try:
                 await self._write(patch)
             except kube.KubeError as exc:
@@ -301,7 +303,7 @@ class _Lane:
                 _resolve(batch, JournalError(f"cannot record in-flight claims: {exc}"))
                 return
             finally:
-                self._writing = {}
+                self._writing, self._removing = {}, set()
             self._recorded |= set(adds)
             self._recorded -= removes
             _resolve(batch, None)
