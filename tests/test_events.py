@@ -12,6 +12,7 @@ We test these aspects:
 from __future__ import annotations
 
 import pathlib
+import time
 from typing import Any
 
 import pytest
@@ -42,6 +43,26 @@ async def test_repeats_are_aggregated(cluster: EmulatedCluster, kubeconfig: path
     assert posted["R"]["involvedObject"]["kind"] == "PersistentVolumeClaim"
     assert posted["R"]["source"]["component"] == "test"
     assert posted["Other"]["count"] == 1
+
+
+async def test_an_event_is_named_as_client_go_names_it(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    """`<object>.<UnixNano in hex>` (client-go's recorder), not a generated suffix."""
+    before = time.time_ns()
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        for reason in ("A", "B"):
+            await recorder.post(CLAIM, type_=events.NORMAL, reason=reason, message="m")
+        await recorder.flush()
+    after = time.time_ns()
+    names = sorted(e["metadata"]["name"] for e in cluster.objects("events", namespace="default"))
+    assert len(names) == 2
+    for name in names:
+        prefix, _, stamp = name.rpartition(".")
+        assert prefix == "data"
+        assert before <= int(stamp, 16) <= after
+    assert events.event_name("x") < events.event_name("x")  # never the same name twice
 
 
 async def test_a_refused_event_is_logged_not_raised(

@@ -35,7 +35,7 @@ import structlog
 
 from kopf_csi import kube
 
-__all__ = ["NORMAL", "WARNING", "LastEvent", "Recorder", "flush_all", "last_event"]
+__all__ = ["NORMAL", "WARNING", "LastEvent", "Recorder", "event_name", "flush_all", "last_event"]
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -91,6 +91,18 @@ class _Posted:
     namespace: str
     count: int
     first_seen: float
+
+
+_last_nanoseconds = 0
+
+
+def event_name(object_name: str) -> str:
+    """`<object>.<nanoseconds since the epoch, in hex>`, as client-go's recorder names an event
+    (`fmt.Sprintf("%v.%x", ref.Name, t.UnixNano())`); strictly increasing in this process, so
+    that two events in one nanosecond never share a name."""
+    global _last_nanoseconds
+    _last_nanoseconds = max(time.time_ns(), _last_nanoseconds + 1)
+    return f"{object_name}.{_last_nanoseconds:x}"
 
 
 def _now() -> str:
@@ -202,7 +214,7 @@ class Recorder:
         return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "metadata": {"name": event_name(meta.get("name", "object")), "namespace": namespace},
             "involvedObject": {
                 "apiVersion": obj.get("apiVersion", ""),
                 "kind": obj.get("kind", ""),
