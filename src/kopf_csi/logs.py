@@ -288,5 +288,20 @@ def configure(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level if isinstance(level, int) else level.upper())
+    _skip_record_lookups()
     _quiet_hpack()
     _install_filters()
+
+
+def _skip_record_lookups() -> None:
+    """Records made from now on carry no caller (file, line, function), thread or process.
+
+    Neither format here renders them, and the stdlib looks them up for every record, the
+    caller by walking the stack (structlog's `findCaller` past its own frames): a fifth to a
+    quarter of what a line costs (docs/benchmarks.md, "Operator CPU (fourth session)"). These
+    are the switches of the logging HOWTO's "Optimization" section.
+    """
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
