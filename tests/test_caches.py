@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from kopf_csi.caches import Cache
 
@@ -97,3 +98,27 @@ def test_an_older_version_does_not_replace_a_newer_one() -> None:
     opaque["status"]["phase"] = "Released"
     cache.store(opaque)
     assert cache.get("pvc-1")["status"]["phase"] == "Released"  # type: ignore[index]
+
+
+def test_a_new_version_shares_what_did_not_change_with_the_one_before() -> None:
+    cache = Cache()
+    first = json.loads(json.dumps(VOLUME))
+    first["metadata"]["resourceVersion"] = "5"
+    cache.store(first)
+    before = cache.get("pvc-1")
+    assert before is not None
+    newer = json.loads(json.dumps(first))
+    newer["metadata"]["resourceVersion"] = "6"
+    newer["status"]["phase"] = "Released"
+    newer["metadata"]["managedFields"].append({"manager": "csi-provisioner"})
+    cache.store(newer)
+    after = cache.get("pvc-1")
+    assert after is not None
+    expected = json.loads(json.dumps(newer))
+    del expected["metadata"]["managedFields"]
+    assert after == expected
+    assert after["spec"] is before["spec"]  # unchanged: not compacted again
+    assert after["metadata"]["finalizers"] is before["metadata"]["finalizers"]
+    assert after["status"] is not before["status"]
+    assert before["status"]["phase"] == "Bound"  # the old version was not changed in place
+    assert after["status"]["phase"] is sys.intern("Released")  # compacted as ever

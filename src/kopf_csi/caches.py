@@ -24,7 +24,7 @@ def object_key(obj: Body) -> str:
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
 
 
-def _slim(obj: Body) -> Body:
+def _slim(obj: Body, previous: Body | None = None) -> Body:
     """A compact copy: no `metadata.managedFields`, keys and short strings interned.
 
     `managedFields` is server-side-apply bookkeeping that a real API server adds to every
@@ -32,13 +32,27 @@ def _slim(obj: Body) -> Body:
     the repeated values ("Bound", the driver's name, the class's name) between the thousands of
     cached objects: a PV parsed from JSON takes 7.3 KB, and 3.7 KB interned, for about 11 µs
     per store (docs/benchmarks.md, "Where the memory goes").
+
+    A new version of a cached object (`previous`, compact already) takes from it every part
+    that did not change, a PV's spec above all, instead of compacting it again: comparing runs
+    in C, compacting in Python (docs/benchmarks.md, "Operator CPU (fourth session)").
     """
-    slim = {_intern(key): _compact(value) for key, value in obj.items() if key != "metadata"}
+    before = previous or {}
+    slim = {_intern(key): _kept(before.get(key), value) for key, value in obj.items()
+            if key != "metadata"}  # fmt: skip
     meta = obj.get("metadata")
     if meta is not None:
-        slim["metadata"] = {_intern(key): _compact(value) for key, value in meta.items()
+        was = before.get("metadata") or {}
+        slim["metadata"] = {_intern(key): _kept(was.get(key), value) for key, value in meta.items()
                             if key != "managedFields"}  # fmt: skip
     return slim
+
+
+def _kept(known: Any, value: Any) -> Any:
+    """`known` (compact) where it equals `value`, else a compact copy of `value`. (Equal JSON
+    of one field is the same JSON: the API's schema fixes each field's type, so a `1` never
+    stands where a `true` was.)"""
+    return known if known is not None and known == value else _compact(value)
 
 
 def _unmanaged(obj: Body) -> Body:
@@ -83,7 +97,7 @@ class Cache:
 
     def __init__(self, *, compact: bool = True) -> None:
         self._objects: dict[str, Body] = {}
-        self._copy = _slim if compact else _unmanaged
+        self._compact = compact
         self._stores = 0
         self._stored_at: dict[str, int] = {}  # key -> the store that wrote it (for `prune`)
 
@@ -99,7 +113,7 @@ class Cache:
             known_version = known["metadata"].get("resourceVersion")
             if known_version == version or _older(version, known_version):
                 return
-        self._objects[key] = self._copy(obj)
+        self._objects[key] = _slim(obj, known) if self._compact else _unmanaged(obj)
         self._stores += 1
         self._stored_at[key] = self._stores
 
