@@ -296,9 +296,9 @@ def _claim_changed(memo: kopf.Memo, served: Served) -> runtime.Listener:
             _watch_clone_sources(memo, served, key, claim)
             if deleted:
                 _watch_snapshot_source(served, claim)
-        if bound and key not in provisioner.expected:
+        if bound:
             return  # nothing to provision (the Go library's first check, done before queueing)
-        served.claims.add(key)  # (a bound claim recorded ahead: to drop its record)
+        served.claims.add(key)
 
     return changed
 

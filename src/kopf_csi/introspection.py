@@ -66,17 +66,13 @@ def object_state(
                 "age": time.monotonic() - last.at,
             }
         if kind == "persistentvolumeclaim":
-            provisioners = [
-                entry.provisioner
+            journals = [
+                entry.provisioner.journal
                 for entry in served.values()
                 if getattr(entry.provisioner, "journal", None) is not None
             ]
-            if provisioners:
-                answer["journal"] = {
-                    "recorded": any(p.journal.holds(uid) for p in provisioners),
-                    # recorded ahead of the controller manager's request: no CreateVolume yet
-                    "ahead": any(getattr(p, "expected", {}).get(key) == uid for p in provisioners),
-                }
+            if journals:
+                answer["journal"] = {"recorded": any(j.holds(uid) for j in journals)}
     return answer
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kopf_csi.explain.observed import Observed, State
-from kopf_csi.explain.rules import diagnose, grpc_code, operator_lines
+from kopf_csi.explain.rules import diagnose, grpc_code
 from kopf_csi.targets import Target, TargetError, parse_target
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
@@ -291,25 +291,3 @@ def test_resize_rules(
     volume = {"metadata": {"name": "pv"}, "status": {"phase": "Bound"}}
     diagnosis = diagnose(_seen(object=claim, volume=volume, operator=operator))
     assert (diagnosis.blocker, diagnosis.summary) == (blocker, summary)
-
-
-@pytest.mark.parametrize(
-    ("journal", "line"),
-    [
-        ({"recorded": False, "ahead": False}, "operator: not in its in-flight journal"),
-        (
-            {"recorded": True, "ahead": False},
-            "operator: in its in-flight journal (CreateVolume may be running)",
-        ),
-        (
-            {"recorded": True, "ahead": True},
-            "operator: in its in-flight journal, recorded ahead of the request to provision"
-            " (no CreateVolume yet)",
-        ),
-    ],
-)
-def test_the_operators_journal_says_whether_createvolume_may_run(
-    journal: dict[str, bool], line: str
-) -> None:
-    lines = operator_lines({"journal": journal})
-    assert [x for x in lines if "journal" in x] == [line]

@@ -6,9 +6,7 @@ We test these aspects:
 - bound claims, WaitForFirstConsumer without a (GA) selected node, an existing PV and a class
   of another provisioner are all skipped; a missing class is an error to retry;
 - the selected node (GA, else alpha), the reschedule condition and the node errors;
-- the event messages of an attempt and of a success;
-- which claims the controller manager is about to ask us for (recorded in the journal ahead of
-  the request), and a record's claim finished as requested.
+- the event messages of an attempt and of a success.
 """
 
 from __future__ import annotations
@@ -130,71 +128,6 @@ def test_should_provision(
     decision = decisions.should_provision(claim, storage_class, driver_name=DRIVER, **kwargs)
     assert bool(decision) is expected
     assert decision.reason
-
-
-NOT_YET: dict[str, str] = {}  # no storage-provisioner annotation: the request is to come
-
-
-@pytest.mark.parametrize(
-    ("claim", "storage_class", "kwargs", "expected"),
-    [
-        pytest.param(make_claim(annotations=NOT_YET), make_class(), {}, True, id="ours, to come"),
-        pytest.param(
-            make_claim(annotations={SELECTED: "node-1"}), WFFC, {}, True, id="wffc, node chosen"
-        ),
-        pytest.param(make_claim(annotations=NOT_YET), WFFC, {}, False, id="wffc, no node yet"),
-        pytest.param(make_claim(), make_class(), {}, False, id="requested already"),
-        pytest.param(
-            make_claim(annotations={BETA: "other"}), make_class(), {}, False, id="asked of other"
-        ),
-        pytest.param(
-            make_claim(annotations=NOT_YET),
-            make_class(provisioner="other"),
-            {},
-            False,
-            id="class of another provisioner",
-        ),
-        pytest.param(make_claim(annotations=NOT_YET), None, {}, False, id="no class"),
-        pytest.param(
-            make_claim(annotations=NOT_YET, spec={"volumeName": "pv-1"}),
-            make_class(),
-            {},
-            False,
-            id="bound",
-        ),
-        pytest.param(
-            make_claim(annotations=NOT_YET, metadata={"deletionTimestamp": "2026-12-02T11:00:00Z"}),
-            make_class(),
-            {},
-            False,
-            id="being deleted",
-        ),
-        pytest.param(
-            make_claim(annotations=NOT_YET),
-            make_class(),
-            {"volume_exists": True},
-            False,
-            id="its PV exists",
-        ),
-    ],
-)
-def test_expects_request(
-    claim: dict[str, Any],
-    storage_class: dict[str, Any] | None,
-    kwargs: dict[str, Any],
-    expected: bool,
-) -> None:
-    assert decisions.expects_request(claim, storage_class, driver_name=DRIVER, **kwargs) is expected
-
-
-def test_a_record_is_finished_as_requested() -> None:
-    ahead = make_claim(annotations={SELECTED: "node-1"})
-    requested = decisions.as_requested(ahead, provisioner=DRIVER)
-    assert requested["metadata"]["annotations"] == {SELECTED: "node-1", GA: DRIVER}
-    assert ahead["metadata"]["annotations"] == {SELECTED: "node-1"}  # not changed in place
-    assert decisions.should_provision(requested, WFFC, driver_name=DRIVER)
-    other = make_claim(annotations={BETA: "other"})  # a request's own annotation is kept
-    assert decisions.as_requested(other, provisioner=DRIVER) == other
 
 
 def test_missing_class_is_an_error_to_retry() -> None:

@@ -204,16 +204,12 @@ def operator_lines(state: Mapping[str, Any]) -> list[str]:
             f" ({event.get('age', 0):.0f}s ago): {event.get('message')}"
         )
     if state.get("journal") is not None:
-        journal = state["journal"]
-        if not journal.get("recorded"):
-            lines.append("operator: not in its in-flight journal")
-        elif journal.get("ahead"):
-            lines.append(
-                "operator: in its in-flight journal, recorded ahead of the request to provision"
-                " (no CreateVolume yet)"
-            )
-        else:
-            lines.append("operator: in its in-flight journal (CreateVolume may be running)")
+        recorded = state["journal"].get("recorded")
+        lines.append(
+            "operator: in its in-flight journal (CreateVolume may be running)"
+            if recorded
+            else "operator: not in its in-flight journal"
+        )
     leases = state.get("leases")
     if leases:
         held = ", ".join(f"{name}: {holder or 'nobody'}" for name, holder in leases.items())

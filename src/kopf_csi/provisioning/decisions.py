@@ -46,12 +46,8 @@ class Decision:
         return self.should
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("annotations") or {}
+    return obj.get("metadata", {}).get("annotations") or {}
 
 
 def provisioner_annotation(claim: Mapping[str, Any]) -> str | None:
@@ -112,42 +108,6 @@ def should_provision(
     if storage_class.get("provisioner") not in known:
         return Decision(False, "Unknown provisioner requested in claim's StorageClass")
     return Decision(True, "the claim needs a volume from us")
-
-
-def expects_request(
-    claim: Mapping[str, Any],
-    storage_class: Mapping[str, Any] | None,
-    *,
-    driver_name: str,
-    volume_exists: bool = False,
-) -> bool:
-    """Whether the controller manager is about to ask us for this claim's volume.
-
-    It asks by annotating the claim with its class's provisioner, one write after it sees a
-    claim that no existing PV matches. A claim that is not annotated yet, and that the
-    annotation for our name would make ours to provision now (its class names us, it is
-    unbound and not being deleted, and Immediate or a node selected), is expected: its journal
-    record can be written while that annotation is on its way, off the claim's critical path.
-    (If an existing PV matches it instead, the claim is bound, and the record dropped.)
-    """
-    if provisioner_annotation(claim) is not None or _meta(claim).get("deletionTimestamp"):
-        return False
-    if storage_class is None or storage_class.get("provisioner") != driver_name:
-        return False
-    requested = as_requested(claim, provisioner=driver_name)
-    return should_provision(
-        requested, storage_class, driver_name=driver_name, volume_exists=volume_exists
-    ).should
-
-
-def as_requested(claim: Mapping[str, Any], *, provisioner: str) -> dict[str, Any]:
-    """A journal record's claim with the request to provision it: a record written ahead of
-    the request (`expects_request`) lacks the annotation, and stays so once the request
-    comes (it is not written again), so a deleted claim's record is finished as requested."""
-    if provisioner_annotation(claim) is not None:
-        return dict(claim)
-    annotations = {**_annotations(claim), names.ANN_STORAGE_PROVISIONER: provisioner}
-    return {**claim, "metadata": {**_meta(claim), "annotations": annotations}}
 
 
 def may_reschedule(*, supports_topology: bool, selected_node: str | None) -> bool:

@@ -24,14 +24,6 @@ every lane is busy does it join the batch of the lane whose commit started first
 stays in its lane until it is removed. After a restart every lane is read. The number of lanes
 is part of the format: it may grow, never shrink (records in a lane no longer read would be
 forgotten).
-
-Ahead of the request: the controller manager asks for a claim's volume by annotating the
-claim, one write (about 21 ms) after the claim appears, and the operator sees the claim
-appear as early as it does. A claim the annotation will make ours (`decisions.expects_request`)
-is `prerecord`ed then, without waiting; when the request comes, `record` finds the record
-durable, or waits for the write already under way, instead of starting one. The promise is
-unchanged (nothing reaches the driver before its record is durable); a record of a claim that
-is bound or deleted without a request is dropped like any other.
 """
 
 from __future__ import annotations
@@ -138,16 +130,6 @@ class Journal:
             self.records += 1
             self.waited += loop.time() - started
 
-    def prerecord(self, claim: Body) -> None:
-        """Record the claim with its lane's next write, without waiting: ahead of the request
-        to provision it, so that `record` then finds it durable, or its write under way.
-        `release` drops it if the request never comes."""
-        uid = str(claim["metadata"]["uid"])
-        lane = self._lane_of.get(uid) or self._free_lane()
-        self._lane_of[uid] = lane
-        if not lane.holds(uid):  # recorded already (before a restart), or on its way
-            lane.prerecord(uid, claim)
-
     def holds(self, uid: str) -> bool:
         """Whether the claim is recorded (or about to be) in a lane and not being dropped."""
         return any(lane.holds(uid) for lane in self.lanes)
@@ -176,7 +158,7 @@ class _Lane:
 
     The records waiting for the next write are its batch; the batch being written is in
     flight. Each batch has one future, which every caller of `record` for a claim in it waits
-    on; `prerecord` adds to the batch without waiting.
+    on.
     """
 
     def __init__(
@@ -228,21 +210,21 @@ class _Lane:
     async def record(self, uid: str, claim: Body) -> None:
         """Return once the claim's record is durable (at once if it is already)."""
         self._dropped.discard(uid)
-        if uid in self._writing:  # prerecorded, its write in flight: wait for that write
+        if uid in self._writing:  # its write already in flight: wait for that write
             await asyncio.shield(self._writing[uid])  # its failure is this caller's too
         if uid in self._recorded and not ({uid} & (self._removes | self._removing)):
             return  # durable, and no removal on its way: else written again after it
-        await asyncio.shield(self.prerecord(uid, claim))
+        await asyncio.shield(self._add(uid, claim))
 
-    def prerecord(self, uid: str, claim: Body) -> asyncio.Future[None]:
-        """Add the claim to the next write without waiting; the future is that write's."""
+    def _add(self, uid: str, claim: Body) -> asyncio.Future[None]:
+        """Add the claim to the next write; the future is that write's outcome."""
         self._dropped.discard(uid)
         self._removes.discard(uid)
         if uid not in self._adds:
             self._adds[uid] = json.dumps(snapshot_of(claim), separators=(",", ":"), sort_keys=True)
         if self._batch is None:
             self._batch = asyncio.get_running_loop().create_future()
-            self._batch.add_done_callback(_retrieved)  # a prerecord's failure: nobody waits
+            self._batch.add_done_callback(_retrieved)  # a failure nobody waits for is no error
         batch = self._batch
         self._schedule(0.0)
         return batch
@@ -345,6 +327,6 @@ def _resolve(batch: asyncio.Future[None] | None, error: BaseException | None) ->
 
 
 def _retrieved(batch: asyncio.Future[None]) -> None:
-    """Mark a batch's failure seen: its callers got it; a prerecord has none to get it."""
+    """Mark a batch's failure seen: its callers got it (callers cancelled meanwhile did not)."""
     if not batch.cancelled():
         batch.exception()

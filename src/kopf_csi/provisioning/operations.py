@@ -118,9 +118,6 @@ class Provisioner:
         )  # fmt: skip
         self.in_progress: dict[str, Body] = {}
         """Claims whose CreateVolume may still run on the driver (claimsInProgress)."""
-        self.expected: dict[str, str] = {}
-        """Claims recorded in the journal ahead of their request (`decisions.expects_request`):
-        key -> UID, to drop the record if the claim goes before the request comes."""
         self.slow_retries: dict[str, SlowRetry] = {}
         self.competing: dict[str, tuple[int, float | None]] = {}
         """Node deployment: Immediate claims we wait to claim (attempts, when to try)."""
@@ -130,7 +127,6 @@ class Provisioner:
     async def sync_claim(self, key: str) -> Outcome:
         claim = self.caches.claims.get(key)
         remembered = self.in_progress.get(key)
-        self._drop_expected(key, claim)
         if claim is None or (
             remembered is not None and uid_of(remembered) != uid_of(claim) and claim is not None
         ):
@@ -161,16 +157,12 @@ class Provisioner:
             log.warning("claim_not_checked", error=exc.message)
             self._observe_failure(claim)
             return RETRY
-        if not decision.should and self._expects_request(claim, storage_class, volume_name):
-            self._record_ahead(key, claim)
-            return DONE
         if not decision.should or (
             self.qualifier is not None and not self.qualifier.should_provision(claim)
         ):
             self._forget(key, claim)
             return DONE
         assert storage_class is not None
-        self.expected.pop(key, None)  # requested: its record is the request's now
         owner = ownership.ownership(claim, storage_class, options=self.options)
         if owner is ownership.Ownership.NOT_OURS:
             self._forget(key, claim)
@@ -445,39 +437,7 @@ class Provisioner:
             class_name, source = claim_labels(claim)
             self.observer.provision_failed(class_name=class_name, source=source)
 
-    def _expects_request(self, claim: Body, storage_class: Body | None, volume_name: str) -> bool:
-        """Whether to record the claim ahead of its request: with the journal, and when this
-        provisioner alone would serve it (not one of a node deployment's, which compete)."""
-        if self.journal is None or self.options.node_deployment:
-            return False
-        return decisions.expects_request(
-            claim,
-            storage_class,
-            driver_name=self.name,
-            volume_exists=volume_name in self.caches.volumes,
-        )
-
-    def _record_ahead(self, key: str, claim: Body) -> None:
-        """Journal the claim now, while the controller manager's request is on its way; the
-        request's `record` then finds it durable (or its write under way), not one write
-        away. Dropped with the claim if the request never comes."""
-        assert self.journal is not None
-        uid = uid_of(claim)
-        if self.expected.get(key) != uid:
-            self.expected[key] = uid
-            self.journal.prerecord(claim)
-
-    def _drop_expected(self, key: str, claim: Body | None) -> None:
-        """The claim recorded ahead is gone or replaced: drop its record (it never reached
-        the driver: that needs the request, which `in_progress` or the queue would hold)."""
-        uid = self.expected.get(key)
-        if uid is not None and (claim is None or uid_of(claim) != uid):
-            del self.expected[key]
-            if key not in self.in_progress and self.journal is not None:
-                self.journal.release(uid)
-
     def _forget(self, key: str, claim: Body) -> None:
-        self.expected.pop(key, None)
         self.in_progress.pop(key, None)
         self.slow_retries.pop(key, None)
         self.topology_memos.pop(uid_of(claim), None)
@@ -502,11 +462,7 @@ class Provisioner:
           to the end (then released and deleted) instead of being forgotten (upstream #486).
           A claim whose PV was created and already deleted before the restart, with its
           record's removal lost, comes here too: CreateVolume then makes a volume again, which
-          is deleted the same way. That costs a volume's creation, never a leak. So does a
-          claim recorded ahead of its request and deleted while the operator was down: its
-          record (written before the controller manager's annotation, which is therefore not
-          in it) cannot say whether the request came and CreateVolume ran, so it is finished
-          as requested.
+          is deleted the same way. That costs a volume's creation, never a leak.
         """
         if self.journal is None:
             return []
@@ -528,7 +484,7 @@ class Provisioner:
                 self.journal.release(uid)
                 continue
             else:
-                self.in_progress[key] = decisions.as_requested(claim, provisioner=self.name)
+                self.in_progress[key] = claim
                 log.info("resuming_deleted_claim", claim=key, uid=uid)
             keys.append(key)
         return keys
