@@ -210,6 +210,38 @@ def test_printer_details() -> None:
     assert _cells("", "configmaps", {}) == ["x", "2026-12-02T05:00:00Z"]  # the generic table
 
 
+def test_pod_cells() -> None:
+    """`kubectl get pods`: printPod's row; with no kubelet a scheduled pod stays Pending."""
+    definitions = tables.table("", "pods", [], metadata={})["columnDefinitions"]
+    assert [(c["name"], c["priority"]) for c in definitions] == [
+        ("Name", 0), ("Ready", 0), ("Status", 0), ("Restarts", 0), ("Age", 0), ("IP", 1),
+        ("Node", 1), ("Nominated Node", 1), ("Readiness Gates", 1),
+    ]  # fmt: skip
+    scheduled = {
+        "spec": {"nodeName": "node-1", "containers": [{"name": "app"}, {"name": "side"}]},
+        "status": {"phase": "Pending"},
+    }
+    assert _cells("", "pods", scheduled) == [
+        "x", "0/2", "Pending", 0, "6m30s", "<none>", "node-1", "<none>", "<none>",
+    ]  # fmt: skip
+    running = {
+        "spec": {"containers": [{"name": "app"}], "readinessGates": [{"conditionType": "g"}]},
+        "status": {
+            "phase": "Running", "podIP": "10.0.0.7",
+            "containerStatuses": [{"ready": True, "restartCount": 2}],
+            "conditions": [{"type": "g", "status": "True"}],
+        },
+    }  # fmt: skip
+    assert _cells("", "pods", running) == [
+        "x", "1/1", "Running", 2, "6m30s", "10.0.0.7", "<none>", "<none>", "1/1",
+    ]  # fmt: skip
+    evicted = {"status": {"phase": "Failed", "reason": "Evicted"}}
+    assert _cells("", "pods", evicted)[2] == "Evicted"
+    leaving = {"metadata": {"name": "x", "deletionTimestamp": "2026-12-02T05:06:00Z"},
+               "status": {"phase": "Running"}}  # fmt: skip
+    assert _cells("", "pods", leaving)[2] == "Terminating"
+
+
 def test_event_cells() -> None:
     """`kubectl get events`: printEvent's wide row (kubectl hides the priority-1 columns)."""
     definitions = tables.table("", "events", [], metadata={})["columnDefinitions"]

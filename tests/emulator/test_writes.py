@@ -387,3 +387,13 @@ def test_a_stale_write_of_a_grouped_kind_names_its_group_apart(cluster: Emulated
         "group": "storage.k8s.io",
         "kind": "volumeattachments",
     }
+
+
+async def test_a_new_pod_is_pending(core: client.CoreV1Api) -> None:
+    """As a real server's pod strategy: a pod created with no phase is Pending (no kubelet
+    here moves it on); a status given on create is kept (tests set the phase they need)."""
+    spec = {"containers": [{"name": "app", "image": "busybox"}]}
+    made = await core.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": spec})
+    assert made.status.phase == "Pending"
+    done = {"metadata": {"name": "q"}, "spec": spec, "status": {"phase": "Succeeded"}}
+    assert (await core.create_namespaced_pod("default", done)).status.phase == "Succeeded"

@@ -357,6 +357,10 @@ class ObjectStore:
             obj.pop("status", None)  # the status is written through /status only
             if (kind.group, kind.plural) in _PENDING_ON_CREATE:
                 obj["status"] = {"phase": "Pending"}
+        elif (kind.group, kind.plural) == ("", "pods") and not (obj.get("status") or {}).get(
+            "phase"
+        ):  # the pod strategy's PrepareForCreate (here pods keep a status given on create)
+            obj["status"] = {**(obj.get("status") or {}), "phase": "Pending"}
         obj["metadata"]["managedFields"] = self._managed(None, obj, manager, None)
         return self._commit(kind, self._key(kind, namespace, name), "ADDED", obj, None)
 

@@ -267,6 +267,49 @@ def _event_source(obj: Body, now: datetime.datetime) -> Cell:
     return f"{component}, {instance}" if instance else str(component)
 
 
+def _pod_containers(obj: Body) -> list[Any]:
+    return list((obj.get("spec") or {}).get("containers") or [])
+
+
+def _pod_ready(obj: Body, now: datetime.datetime) -> Cell:
+    """``printPod``'s READY: ready containers of all the pod's containers (``0/1``)."""
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    ready = sum(1 for status in statuses if status.get("ready"))
+    return f"{ready}/{len(_pod_containers(obj))}"
+
+
+def _pod_status(obj: Body, now: datetime.datetime) -> Cell:
+    """``printPod``'s STATUS, for what the emulator has (no kubelet, so no container states):
+    the status's reason, else its phase; ``Terminating`` once deleted."""
+    status = obj.get("status") or {}
+    reason = str(status.get("reason") or status.get("phase") or "")
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "Unknown" if reason == "NodeLost" else "Terminating"
+    return reason
+
+
+def _pod_restarts(obj: Body, now: datetime.datetime) -> Cell:
+    """The containers' restarts, summed (``0`` without container statuses)."""
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    return sum(int(status.get("restartCount") or 0) for status in statuses)
+
+
+def _or_none(path: str) -> Callable[[Body, datetime.datetime], Cell]:
+    """The field's text, ``<none>`` when empty (the pod table's IP and node columns)."""
+    return lambda obj, now: str(_get(obj, path) or "") or "<none>"
+
+
+def _readiness_gates(obj: Body, now: datetime.datetime) -> Cell:
+    """``ready/total`` of the pod's readiness gates' conditions, ``<none>`` without gates."""
+    gates = (obj.get("spec") or {}).get("readinessGates") or []
+    if not gates:
+        return "<none>"
+    conditions = {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get(
+        "conditions") or []}  # fmt: skip
+    ready = sum(1 for gate in gates if conditions.get(gate.get("conditionType")) == "True")
+    return f"{ready}/{len(gates)}"
+
+
 def _crd_column(
     name: str, type_: str, path: str, description: str = "", priority: int = 0
 ) -> Column:
@@ -451,6 +494,40 @@ COLUMNS: dict[tuple[str, str], tuple[Column, ...]] = {
             lambda obj, now: bool(obj.get("allowVolumeExpansion")),
         ),
         _AGE,
+    ),
+    ("", "pods"): (  # printPod: no kubelet here, so no container states
+        _NAME,
+        Column(
+            "Ready", "string", "How many of the pod's containers are ready, of all of them.",
+            _pod_ready,
+        ),
+        Column(
+            "Status", "string", "The pod's state in a word: its reason, else its phase.",
+            _pod_status,
+        ),
+        Column(
+            "Restarts", "string", "How many times the pod's containers have restarted.",
+            _pod_restarts,
+        ),
+        _AGE,
+        Column(
+            "IP", "string", "The IP address given to the pod.", _or_none(".status.podIP"),
+            priority=1,
+        ),
+        Column(
+            "Node", "string", "The node the pod is scheduled to.", _or_none(".spec.nodeName"),
+            priority=1,
+        ),
+        Column(
+            "Nominated Node", "string",
+            "The node the scheduler means to place the pod on once others make room.",
+            _or_none(".status.nominatedNodeName"), priority=1,
+        ),
+        Column(
+            "Readiness Gates", "string",
+            "Of the pod's readiness gates, how many have their condition true.",
+            _readiness_gates, priority=1,
+        ),
     ),
     ("", "events"): (
         Column(
