@@ -22,8 +22,8 @@ import logging
 import uuid
 from typing import ClassVar
 
-from kopf_csi.testing.emulator import Body, StatusError, Subscription
-from kopf_csi.testing.standins import StandIn
+from kopf_csi.testing.emulator import Body, StatusError
+from kopf_csi.testing.standins import PassingStandIn
 
 __all__ = ["Scheduler", "pick_node"]
 
@@ -49,21 +49,12 @@ def _unscheduled(pod: Body) -> bool:
     )
 
 
-class Scheduler(StandIn):
+class Scheduler(PassingStandIn):
     """``async with Scheduler(cluster): ...`` binds every pod that names no node."""
 
     watched: ClassVar[tuple[str, ...]] = ("pods", "nodes")
     task_name = "kube-scheduler"
     manager = "kube-scheduler"
-
-    async def _run(self, feed: Subscription) -> None:
-        while changes := await feed.batch():
-            for change in changes:
-                self._observe(change)
-            try:
-                self.sync()
-            except Exception:  # a controller logs and carries on; the next change retries
-                log.exception("scheduler stand-in pass failed")
 
     def sync(self) -> None:
         """Bind every unscheduled pod to the node `pick_node` chooses, if any."""

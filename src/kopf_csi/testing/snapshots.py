@@ -39,8 +39,8 @@ from typing import ClassVar
 from kopf_csi import names
 from kopf_csi.provisioning.quantities import format_binary_si
 from kopf_csi.snapshotting import parameters
-from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
-from kopf_csi.testing.standins import StandIn
+from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError
+from kopf_csi.testing.standins import PassingStandIn
 
 __all__ = ["SnapshotController", "content_name"]
 
@@ -67,7 +67,7 @@ def _rfc3339(nanoseconds: int) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class SnapshotController(StandIn):
+class SnapshotController(PassingStandIn):
     """``async with SnapshotController(cluster): ...`` runs the stand-in as a background task."""
 
     watched: ClassVar[tuple[str, ...]] = (
@@ -83,15 +83,6 @@ class SnapshotController(StandIn):
     def __init__(self, cluster: EmulatedCluster) -> None:
         super().__init__(cluster)
         self.passes = 0
-
-    async def _run(self, feed: Subscription) -> None:
-        while changes := await feed.batch():
-            for change in changes:
-                self._observe(change)
-            try:
-                self.sync()
-            except Exception:  # a controller logs and carries on; the next change retries
-                log.exception("snapshot-controller stand-in pass failed")
 
     def sync(self) -> None:
         """One level-triggered pass over every VolumeSnapshot."""

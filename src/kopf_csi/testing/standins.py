@@ -12,13 +12,16 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import logging
 from types import TracebackType
 from typing import ClassVar, Self
 
 from kopf_csi.testing import apimachinery
 from kopf_csi.testing.emulator import Body, Change, EmulatedCluster, Subscription
 
-__all__ = ["StandIn"]
+__all__ = ["PassingStandIn", "StandIn"]
+
+log = logging.getLogger(__name__)
 
 
 class StandIn(abc.ABC):
@@ -102,3 +105,21 @@ class StandIn(abc.ABC):
 
     def _create(self, plural: str, body: Body) -> Body:
         return self._put(plural, self.cluster.create(plural, body, manager=self.manager))
+
+
+class PassingStandIn(StandIn):
+    """A stand-in that makes one level-triggered pass (`sync`) after each batch of changes;
+    a failed pass is logged and the next change retries, as a controller carries on."""
+
+    async def _run(self, feed: Subscription) -> None:
+        while changes := await feed.batch():
+            for change in changes:
+                self._observe(change)
+            try:
+                self.sync()
+            except Exception:
+                log.exception("%s stand-in pass failed", self.task_name)
+
+    @abc.abstractmethod
+    def sync(self) -> None:
+        """One pass over what the cache holds."""
