@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import AsyncIterator
 
@@ -177,3 +178,12 @@ async def test_retry_on_conflict_gives_up_when_gone_or_after_its_attempts() -> N
     assert tries == ["1", "2", "3", "4", "5"]  # each attempt decides from a fresh read
     with pytest.raises(kube.NotFoundError):
         await kube.retry_on_conflict(always_stale, body, read=gone)
+
+
+def test_kubeconfig_files_are_the_listed_files_that_exist(tmp_path: pathlib.Path) -> None:
+    """A `KUBECONFIG`-style list: the OS's path separator, empty entries skipped, `~` expanded."""
+    real = tmp_path / "config"
+    real.write_text("apiVersion: v1\n")
+    listed = os.pathsep.join(["", str(tmp_path / "missing"), str(real), str(tmp_path)])
+    assert kube.kubeconfig_files(listed) == [real]
+    assert kube.kubeconfig_files(str(tmp_path / "missing")) == []

@@ -18,7 +18,6 @@ import asyncio
 import difflib
 import logging
 import os
-import pathlib
 import re
 import signal
 import sys
@@ -274,8 +273,10 @@ def _check_kubeconfig(resolved: flags.Resolved) -> None:
     """A kubeconfig given (`--kubeconfig`, `KUBECONFIG`) that names no file is a bad value, said
     at once: kubernetes-asyncio would only warn, and then fail to log in with a misleading text
     ("Expected key current-context"). `KUBECONFIG` may list several files, as for kubectl."""
+    from kopf_csi import kube
+
     given = resolved.settings.kube.kubeconfig
-    if given is None or any(pathlib.Path(p).is_file() for p in str(given).split(os.pathsep) if p):
+    if given is None or kube.kubeconfig_files(str(given)):
         return
     source, raw = resolved.sources.get("kube.kubeconfig", ("--kubeconfig", str(given)))
     raise UsageError(f"{source}={raw!r} is not a kubeconfig file: no such file")

@@ -66,6 +66,7 @@ __all__ = [
     "StaleWriteError",
     "decode_secret_data",
     "guarded_patch",
+    "kubeconfig_files",
     "login",
     "retry_on_conflict",
     "user_agent",
@@ -306,12 +307,17 @@ async def _load(kubeconfig: pathlib.Path | None, context: str | None = None) -> 
 _DEFAULT_KUBECONFIG = "$KUBECONFIG or ~/.kube/config"
 
 
+def kubeconfig_files(listed: str) -> list[pathlib.Path]:
+    """The files of a kubeconfig list (separated by the OS's path separator, as `KUBECONFIG`
+    and kubectl's) that exist."""
+    paths = (pathlib.Path(p).expanduser() for p in listed.split(os.pathsep) if p)
+    return [path for path in paths if path.is_file()]
+
+
 def _default_kubeconfigs() -> list[pathlib.Path]:
-    """The files the client library reads without a kubeconfig given: `KUBECONFIG`'s (a list
-    separated by the OS's path separator), else `~/.kube/config`; those that exist."""
-    listed = os.environ.get("KUBECONFIG", "")
-    paths = [p for p in listed.split(os.pathsep) if p] or ["~/.kube/config"]
-    return [path for p in paths if (path := pathlib.Path(p).expanduser()).is_file()]
+    """The files the client library reads without a kubeconfig given: `KUBECONFIG`'s, else
+    `~/.kube/config`; those that exist."""
+    return kubeconfig_files(os.environ.get("KUBECONFIG") or "~/.kube/config")
 
 
 def _limit_tls_reads(size: int) -> None:
