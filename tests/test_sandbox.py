@@ -24,7 +24,10 @@ import sys
 
 import pytest
 
-from kopf_csi.testing.scheduling import pick_node
+from kopf_csi.testing.emulator import EmulatedCluster
+from kopf_csi.testing.scheduling import Scheduler, pick_node
+
+from .conftest import seed_node, until
 
 
 def test_sandbox_runs_and_exits_cleanly(tmp_path: pathlib.Path) -> None:
@@ -223,3 +226,25 @@ def test_the_scheduler_stand_in_picks_a_node_that_takes_pods() -> None:
     assert pick_node([cordoned, b]) == "b"
     assert pick_node([going]) is None
     assert pick_node([]) is None
+
+
+async def test_the_scheduler_stand_in_binds_a_pod_as_kube_scheduler(
+    cluster: EmulatedCluster,
+) -> None:
+    """The node, and the `Scheduled` event, written under the scheduler's field manager."""
+    seed_node(cluster)
+    pod = {"metadata": {"name": "app"}, "spec": {"containers": [{"name": "app"}]}}
+    async with Scheduler(cluster):
+        cluster.create("pods", pod, namespace="default")
+        await until(lambda: (cluster.get("pods", "default", "app") or {}).get("spec", {}).get(
+            "nodeName"))  # fmt: skip
+        (event,) = await until(lambda: cluster.objects("events", namespace="default"))
+    assert cluster.get("pods", "default", "app")["spec"]["nodeName"] == "node-1"
+    assert (event["reason"], event["message"]) == (
+        "Scheduled", "Successfully assigned default/app to node-1",
+    )  # fmt: skip
+    assert event["source"] == {"component": "default-scheduler"}
+    assert event["involvedObject"]["kind"] == "Pod"
+    assert {m["manager"] for m in event["metadata"]["managedFields"]} == {"kube-scheduler"}
+    bound = cluster.get("pods", "default", "app")["metadata"]["managedFields"]
+    assert "kube-scheduler" in {m["manager"] for m in bound}

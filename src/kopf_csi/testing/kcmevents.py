@@ -1,4 +1,5 @@
-"""The events of the kube-controller-manager stand-in (`kcm`), as client-go's recorder posts them.
+"""The events of the kube-controller-manager stand-in (`kcm`), and of the scheduler's
+(`scheduling`), as client-go's recorder posts them.
 
 Each distinct event (object, reason, message) is posted once; at a resync, a claim still pending
 gets its event again, which client-go's correlator sends as a PATCH of the first (``count`` + 1).

@@ -17,12 +17,12 @@ before the bind (kcm's stand-in sets ``selected-node`` after it), preemption, an
 
 from __future__ import annotations
 
-import datetime
 import logging
-import uuid
+from collections.abc import Callable
 from typing import ClassVar
 
-from kopf_csi.testing.emulator import Body, StatusError
+from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError
+from kopf_csi.testing.kcmevents import EventRecorder
 from kopf_csi.testing.standins import PassingStandIn
 
 __all__ = ["Scheduler", "pick_node"]
@@ -49,12 +49,29 @@ def _unscheduled(pod: Body) -> bool:
     )
 
 
+def _post_now(
+    method: str, namespace: str | None, name: str | None, write: Callable[[], Body]
+) -> None:
+    """An event is written here and now (the stand-in takes no time)."""
+    write()
+
+
 class Scheduler(PassingStandIn):
     """``async with Scheduler(cluster): ...`` binds every pod that names no node."""
 
     watched: ClassVar[tuple[str, ...]] = ("pods", "nodes")
     task_name = "kube-scheduler"
     manager = "kube-scheduler"
+
+    def __init__(self, cluster: EmulatedCluster) -> None:
+        super().__init__(cluster)
+        self._events = EventRecorder(
+            cluster,
+            manager=self.manager,
+            component=COMPONENT,
+            send=_post_now,
+            resyncing=lambda: False,
+        )
 
     def sync(self) -> None:
         """Bind every unscheduled pod to the node `pick_node` chooses, if any."""
@@ -69,36 +86,6 @@ class Scheduler(PassingStandIn):
             except StatusError as error:  # deleted meanwhile: nothing to bind
                 log.warning("scheduler stand-in: %s: %s", pod["metadata"]["name"], error)
                 continue
-            self._event(pod, node)
-
-    def _event(self, pod: Body, node: str) -> None:
-        meta = pod["metadata"]
-        namespace = meta.get("namespace") or "default"
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.cluster.create(
-            "events",
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {
-                    "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
-                    "namespace": namespace,
-                },
-                "involvedObject": {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": meta["name"],
-                    "namespace": namespace,
-                    "uid": meta.get("uid"),
-                },
-                "reason": "Scheduled",
-                "message": f"Successfully assigned {namespace}/{meta['name']} to {node}",
-                "type": "Normal",
-                "source": {"component": COMPONENT},
-                "reportingComponent": COMPONENT,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            },
-            manager=self.manager,
-        )
+            meta = pod["metadata"]
+            message = f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node}"
+            self._events.record(pod, "Normal", "Scheduled", message)
