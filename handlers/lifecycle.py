@@ -116,10 +116,11 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
         # No service account and no usable kubeconfig: retrying changes nothing. Stop, as the
         # Go sidecars exit when they cannot build their client (kopf would retry in a minute).
         raise kopf.PermanentError(str(exc)) from exc
-    # Connections for a burst's first requests, opened now and not during the burst: 100
-    # handshakes at once made each request wait 50-300 ms for its own (kube.WARM_CONNECTIONS).
+    api.observe(metrics.from_memo(memo))  # every request, the pool's waits, new connections
     if api.limits is not None:  # each role's throttled requests, in /metrics
         metrics.from_memo(memo).watch_rate_limits(api.limits.buckets)
+    # Connections for a burst's first requests, opened now and not during the burst: 100
+    # handshakes at once made each request wait 50-300 ms for its own (kube.WARM_CONNECTIONS).
     connections = min(config.workers.provisioner, kube.WARM_CONNECTIONS)
     warming = asyncio.create_task(api.warm(connections), name="api-warm")
     memo.stoppers.append(_cancel(warming))

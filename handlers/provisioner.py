@@ -96,7 +96,9 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
 
 def _journal(memo: kopf.Memo, api: kube.KubeClient, name: str) -> Journal:
     namespace = runtime.settings_from_memo(memo).kube.namespace
-    return Journal(api, namespace=namespace, name=journal_name(name))
+    journal = Journal(api, namespace=namespace, name=journal_name(name))
+    metrics.from_memo(memo).watch_journal(journal)  # its records, their wait, its writes
+    return journal
 
 
 def _start_backend(memo: kopf.Memo, registration: Registration) -> None:

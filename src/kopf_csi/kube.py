@@ -23,7 +23,7 @@ import sys
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import aiohttp
 import kubernetes_asyncio.client
@@ -62,12 +62,14 @@ __all__ = [
     "Limits",
     "LoginError",
     "NotFoundError",
+    "RequestObserver",
     "Resource",
     "StaleWriteError",
     "decode_secret_data",
     "guarded_patch",
     "kubeconfig_files",
     "login",
+    "resource_of",
     "retry_on_conflict",
     "user_agent",
 ]
@@ -391,6 +393,39 @@ class Limits:
         return found
 
 
+class RequestObserver(Protocol):
+    """Told of every request of the shared client (`KubeClient.observe`; `metrics.Metrics`)."""
+
+    def requested(self, manager: str, verb: str, resource: str, code: str, seconds: float) -> None:
+        """A request answered (`code`: its HTTP status) or failed with no answer (`<error>`),
+        `seconds` from sending it (its rate limit's wait excluded) to its whole answer."""
+
+    def connection_waited(self, seconds: float) -> None:
+        """A request waited for a free connection of the pool (its limit reached)."""
+
+    def connected(self, seconds: float) -> None:
+        """A new connection to the API server was opened: TCP and the TLS handshake."""
+
+
+NO_ANSWER = "<error>"
+"""The `code` of a request that got no answer (client-go's word in `rest_client_requests_total`)."""
+
+
+def resource_of(path: str) -> str:
+    """The resource a request's path names, with its subresource: `persistentvolumes`,
+    `persistentvolumeclaims/status`, `namespaces`, `leases`; `version` for `/version`."""
+    words = [word for word in path.split("?", 1)[0].split("/") if word]
+    if words[:1] == ["api"]:
+        words = words[2:]  # api, v1
+    elif words[:1] == ["apis"]:
+        words = words[3:]  # apis, group, version
+    if words[:1] == ["namespaces"] and len(words) > 2:
+        words = words[2:]  # a namespaced resource: namespaces, its name
+    if not words:
+        return "version" if path.startswith("/version") else "discovery"
+    return "/".join(words[:1] + words[2:3])  # the resource and its subresource, not the name
+
+
 class KubeClient:
     """Plain-dict CRUD on any resource, over one kubernetes-asyncio ApiClient.
 
@@ -407,8 +442,10 @@ class KubeClient:
         limits: Limits | None = None,
         gives_way: bool = False,
         bucket: str | None = None,
+        observers: list[RequestObserver] | None = None,
     ) -> None:
         self._api = api
+        self._observers = [] if observers is None else observers  # one list for the copies
         self.manager = manager
         self.limits = limits
         self.gives_way = gives_way
@@ -426,7 +463,7 @@ class KubeClient:
 
     def as_manager(self, manager: str) -> KubeClient:
         """The same connection, writing as `manager` (e.g. `csi-provisioner`)."""
-        return KubeClient(self._api, manager=manager, limits=self.limits)
+        return KubeClient(self._api, manager=manager, limits=self.limits, observers=self._observers)
 
     def giving_way(self) -> KubeClient:
         """The same client, whose requests give way to this role's others when its rate limit
@@ -438,6 +475,7 @@ class KubeClient:
             limits=self.limits,
             gives_way=True,
             bucket=self.bucket_name,
+            observers=self._observers,
         )
 
     def for_leader_election(self) -> KubeClient:
@@ -450,6 +488,7 @@ class KubeClient:
             manager=self.manager,
             limits=self.limits,
             bucket=f"{self.manager}/leader-election",
+            observers=self._observers,
         )
 
     @classmethod
@@ -480,6 +519,41 @@ class KubeClient:
         connector: Any = api.rest_client.pool_manager.connector
         connector._keepalive_timeout = KEEPALIVE
         return cls(api, limits=Limits(qps, burst) if qps is not None else None)
+
+    def observe(self, observer: RequestObserver) -> None:
+        """Tell `observer` of every request of this client and of every client made from it
+        (`as_manager`, ...): each request's outcome and duration, and the connection pool's
+        waits and new connections (through aiohttp's request tracing on the shared session)."""
+        if not self._observers:
+            self._trace(self._observers)
+        self._observers.append(observer)
+
+    def _trace(self, observers: list[RequestObserver]) -> None:
+        trace = aiohttp.TraceConfig()
+
+        def timed(key: str, report: Callable[[RequestObserver, float], None]) -> tuple[Any, Any]:
+            async def start(_: Any, context: Any, __: Any) -> None:
+                setattr(context, key, asyncio.get_running_loop().time())
+
+            async def end(_: Any, context: Any, __: Any) -> None:
+                started = getattr(context, key, None)
+                if started is not None:
+                    seconds = asyncio.get_running_loop().time() - started
+                    for observer in observers:
+                        report(observer, seconds)
+
+            return start, end
+
+        queued = timed("queued", lambda observer, seconds: observer.connection_waited(seconds))
+        trace.on_connection_queued_start.append(queued[0])
+        trace.on_connection_queued_end.append(queued[1])
+        created = timed("created", lambda observer, seconds: observer.connected(seconds))
+        trace.on_connection_create_start.append(created[0])
+        trace.on_connection_create_end.append(created[1])
+        trace.freeze()
+        # kubernetes-asyncio makes the session without trace configs; a session takes them
+        # per request from this list.
+        self._api.rest_client.pool_manager._trace_configs.append(trace)
 
     async def warm(self, connections: int) -> int:
         """Open up to `connections` connections now (TCP and TLS: `connections` requests at
@@ -716,19 +790,32 @@ class KubeClient:
         if method in ("POST", "PUT", "PATCH"):
             params.append(("fieldManager", self.manager))
         await self._throttle(method, path)
-        response = await self._api.call_api(
-            path,
-            method,
-            query_params=params,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-        )
-        async with response:
-            raw = await response.read()
-            status = response.status
+        started = asyncio.get_running_loop().time() if self._observers else 0.0
+        code = NO_ANSWER
+        try:
+            response = await self._api.call_api(
+                path,
+                method,
+                query_params=params,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+            )
+            async with response:
+                raw = await response.read()
+                status = response.status
+            code = str(status)
+        finally:
+            if self._observers:
+                self._observed(method, path, code, started)
         return _decode(raw, status=status, method=method, path=path)
+
+    def _observed(self, method: str, path: str, code: str, started: float) -> None:
+        seconds = asyncio.get_running_loop().time() - started
+        resource = resource_of(path)
+        for observer in self._observers:
+            observer.requested(self.manager, method, resource, code, seconds)
 
 
 def decode_secret_data(secret: Mapping[str, Any]) -> dict[str, str]:

@@ -21,6 +21,15 @@ It implements the hooks the rest of the code calls, and nothing else calls prome
   {manager}`, the requests that waited for a token and the seconds they waited. Ours: the Go
   sidecars export no client-side throttling metric (client-go's own histogram is not
   registered there), and a claim slowed by it shows nowhere else but a log line.
+- The operator's own waits, ours (no Go counterpart; a Go sidecar has goroutines on every core
+  and one HTTP/2 connection, where this is one thread and a pool of HTTP/1.1 connections):
+  `requested`, `connection_waited` and `connected` (`kube.RequestObserver`, from the shared
+  API client) → `kopf_csi_api_requests_total`, `kopf_csi_api_request_duration_seconds`,
+  `kopf_csi_api_connection_wait_seconds`, `kopf_csi_api_connection_setup_seconds`;
+  `loop_lagged` (`looplag.LagProbe`) → `kopf_csi_event_loop_lag_seconds`; `watch_journal`:
+  the in-flight journal's records, their wait and its writes, read at scrape time. Together
+  they say where a slow burst's time went on a real server: the loop, the pool, the
+  handshakes, the server's answers or the journal.
 
 Upstream's `migrated` label exists only for drivers that replace an in-tree plugin (CSI
 migration); this operator does not translate in-tree volumes, so the label is never added.
@@ -43,10 +52,13 @@ from kopf_csi.csi.codes import Code
 __all__ = [
     "CONTENT_TYPE",
     "DEFAULT_BUCKETS",
+    "LAG_BUCKETS",
     "OPERATION_BUCKETS",
     "QUEUE_BUCKETS",
+    "REQUEST_BUCKETS",
     "Metrics",
     "ScrapedBucket",
+    "ScrapedJournal",
     "ScrapedQueue",
     "from_memo",
     "grpc_code_name",
@@ -66,6 +78,12 @@ defaults differ: they would break dashboards that select `le` values)."""
 QUEUE_BUCKETS = tuple(float(f"1e{exponent}") for exponent in range(-6, 4))
 """client-go's workqueue buckets: `ExponentialBuckets(10e-7, 10, 10)`, 1 µs … 1000 s."""
 
+REQUEST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
+"""client-go's `rest_client_request_duration_seconds` buckets (since kubernetes #106911)."""
+
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""The event loop's lag and a connection's wait or set-up: from 1 ms (noise) to 10 s."""
+
 # Help texts (ours). component-base prefixes the stability level, as we do.
 _HELP_OPERATIONS = "[ALPHA] Duration of CSI calls, by driver, gRPC method and gRPC status code"
 _HELP_PROVISION = "Volumes provisioned for claims, by storage class and data source kind"
@@ -84,6 +102,14 @@ _HELP_RETRIES = "[BETA] Delayed re-adds (retries) of the work queue"
 _HELP_LEADER = "1 while this replica holds the named lease, 0 while it waits"
 _HELP_THROTTLED = "API requests that waited for the role's client-side rate limit (--kube-api-qps)"
 _HELP_THROTTLED_SECONDS = "Seconds API requests waited for the role's client-side rate limit"
+_HELP_REQUESTS = "API requests of the operator's client, by role, HTTP method, resource, code"
+_HELP_REQUEST_DURATION = "Seconds from sending an API request to its whole answer, by method"
+_HELP_CONNECTION_WAIT = "Seconds API requests waited for a free connection of the client's pool"
+_HELP_CONNECTION_SETUP = "Seconds each new connection to the API server took (TCP and TLS)"
+_HELP_LOOP_LAG = "Seconds the operator's event loop ran a timer late (due every 0.1 s)"
+_HELP_JOURNAL_RECORDS = "Claims recorded in the in-flight journal before their CreateVolume"
+_HELP_JOURNAL_WAIT = "Seconds claims waited for their in-flight journal record to be durable"
+_HELP_JOURNAL_WRITES = "Writes of the in-flight journal's ConfigMaps (each commits many records)"
 
 
 class ScrapedQueue(Protocol):
@@ -105,6 +131,19 @@ class ScrapedBucket(Protocol):
     def delayed(self) -> int: ...
     @property
     def waited(self) -> float: ...
+
+
+class ScrapedJournal(Protocol):
+    """What a scrape reads of an in-flight journal (`provisioning.journal.Journal` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def waited(self) -> float: ...
+    @property
+    def writes(self) -> int: ...
 
 
 def grpc_code_name(code: Code) -> str:
@@ -168,6 +207,29 @@ class Metrics:
         self.leader_status = Gauge(
             names.METRIC_LEADER_STATUS, _HELP_LEADER, ("name",), registry=registry
         )
+        self.api_requests = Counter(
+            names.METRIC_API_REQUESTS, _HELP_REQUESTS,
+            (names.LABEL_MANAGER, names.LABEL_VERB, names.LABEL_RESOURCE, names.LABEL_CODE),
+            registry=registry,
+        )  # fmt: skip
+        self.api_request_duration = Histogram(
+            names.METRIC_API_REQUEST_DURATION, _HELP_REQUEST_DURATION,
+            (names.LABEL_VERB, names.LABEL_RESOURCE), buckets=REQUEST_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.connection_wait = Histogram(
+            names.METRIC_API_CONNECTION_WAIT, _HELP_CONNECTION_WAIT,
+            buckets=LAG_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.connection_setup = Histogram(
+            names.METRIC_API_CONNECTION_SETUP, _HELP_CONNECTION_SETUP,
+            buckets=LAG_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.loop_lag = Histogram(
+            names.METRIC_EVENT_LOOP_LAG, _HELP_LOOP_LAG, buckets=LAG_BUCKETS, registry=registry
+        )
+        self.journals: dict[str, ScrapedJournal] = {}
+        """The in-flight journals by name, read at scrape time (the newest of a name wins)."""
+        registry.register(_JournalCollector(self.journals))
         self.queues: dict[str, ScrapedQueue] = {}
         """The started queues by name, read at scrape time (the newest of a name wins)."""
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -232,6 +294,27 @@ class Metrics:
     def watch_rate_limits(self, buckets: Mapping[str, ScrapedBucket]) -> None:
         """Each role's bucket by field manager, read when scraped (roles added later count)."""
         self.registry.register(_RateLimitCollector(buckets))
+
+    # -- the operator's own waits ------------------------------------------------------------------
+
+    def requested(self, manager: str, verb: str, resource: str, code: str, seconds: float) -> None:
+        """One API request of the shared client (`kube.RequestObserver`)."""
+        self._child(self.api_requests, manager, verb, resource, code).inc()
+        self._child(self.api_request_duration, verb, resource).observe(seconds)
+
+    def connection_waited(self, seconds: float) -> None:
+        self.connection_wait.observe(seconds)
+
+    def connected(self, seconds: float) -> None:
+        self.connection_setup.observe(seconds)
+
+    def loop_lagged(self, due: float, lag: float) -> None:
+        """How late the loop ran a timer (`looplag.LagProbe`'s observer)."""
+        self.loop_lag.observe(lag)
+
+    def watch_journal(self, journal: ScrapedJournal) -> None:
+        """Count a journal's records, their wait and its writes, read when scraped."""
+        self.journals[journal.name] = journal
 
     def _child(self, family: Any, *labels: str) -> Any:
         """`family.labels(*labels)`, remembered: the client's lookup validates and locks each
@@ -300,6 +383,30 @@ class _RateLimitCollector(_Scraped):
             throttled.add_metric([manager], bucket.delayed)
             seconds.add_metric([manager], bucket.waited)
         return [throttled, seconds]
+
+
+class _JournalCollector(_Scraped):
+    """Each in-flight journal's records, their wait and its writes (`watch_journal`)."""
+
+    def __init__(self, journals: dict[str, ScrapedJournal]) -> None:
+        self._journals = journals
+
+    def _families(self) -> list[Metric]:
+        label = [names.LABEL_JOURNAL]
+        records = CounterMetricFamily(
+            names.METRIC_JOURNAL_RECORDS, _HELP_JOURNAL_RECORDS, labels=label
+        )
+        waited = CounterMetricFamily(
+            names.METRIC_JOURNAL_RECORD_WAIT, _HELP_JOURNAL_WAIT, labels=label
+        )
+        writes = CounterMetricFamily(
+            names.METRIC_JOURNAL_WRITES, _HELP_JOURNAL_WRITES, labels=label
+        )
+        for name, journal in sorted(self._journals.items()):
+            records.add_metric([name], journal.records)
+            waited.add_metric([name], journal.waited)
+            writes.add_metric([name], journal.writes)
+        return [records, waited, writes]
 
 
 def from_memo(memo: Any) -> Metrics:

@@ -252,6 +252,28 @@ METRIC_API_THROTTLED: Final = "kopf_csi_api_throttled_requests"
 METRIC_API_THROTTLED_SECONDS: Final = "kopf_csi_api_throttled_seconds"
 """Ours (no Go counterpart), counters (`_total` added): the requests that waited for a role's
 client-side rate limit, and the seconds they waited; label `manager`, the role."""
+METRIC_API_REQUESTS: Final = "kopf_csi_api_requests"
+"""Ours, a counter (`_total` added): every API request the operator's own client sent, by
+`manager` (the role), `verb` (the HTTP method), `resource` (`persistentvolumes`,
+`persistentvolumeclaims/status`, ...) and `code` (the HTTP status, `<error>` when none came:
+client-go's word)."""
+METRIC_API_REQUEST_DURATION: Final = "kopf_csi_api_request_duration_seconds"
+"""Ours, a histogram with client-go's `rest_client_request_duration_seconds` buckets: from
+sending to the whole answer read (a wait for a free connection included, the rate limit's not);
+labels `verb`, `resource`."""
+METRIC_API_CONNECTION_WAIT: Final = "kopf_csi_api_connection_wait_seconds"
+"""Ours, a histogram: requests that waited for a free connection of the client's pool."""
+METRIC_API_CONNECTION_SETUP: Final = "kopf_csi_api_connection_setup_seconds"
+"""Ours, a histogram: each new connection to the API server (TCP and the TLS handshake)."""
+METRIC_EVENT_LOOP_LAG: Final = "kopf_csi_event_loop_lag_seconds"
+"""Ours, a histogram: how late the operator's one thread ran a timer due every 0.1 s (the wait
+of anything that became ready at that moment)."""
+METRIC_JOURNAL_RECORDS: Final = "kopf_csi_journal_records"
+METRIC_JOURNAL_RECORD_WAIT: Final = "kopf_csi_journal_record_wait_seconds"
+METRIC_JOURNAL_WRITES: Final = "kopf_csi_journal_writes"
+"""Ours, counters (`_total` added), label `journal` (its ConfigMap's base name): the claims
+recorded in the in-flight journal before their CreateVolume, the seconds they waited for their
+record to be durable, and the journal's writes (one write commits every record waiting)."""
 LABEL_DRIVER_NAME: Final = "driver_name"
 LABEL_METHOD_NAME: Final = "method_name"
 LABEL_GRPC_STATUS_CODE: Final = "grpc_status_code"
@@ -259,6 +281,10 @@ LABEL_CLASS: Final = "class"
 LABEL_SOURCE: Final = "source"
 LABEL_QUEUE_NAME: Final = "name"
 LABEL_MANAGER: Final = "manager"  # the field manager, i.e. the sidecar role
+LABEL_VERB: Final = "verb"
+LABEL_RESOURCE: Final = "resource"
+LABEL_CODE: Final = "code"
+LABEL_JOURNAL: Final = "journal"
 PATH_METRICS: Final = "/metrics"
 """`--metrics-path` default."""
 PATH_HEALTHZ: Final = "/healthz"

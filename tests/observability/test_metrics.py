@@ -18,7 +18,13 @@ from prometheus_client.samples import Sample
 
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import Driver
-from kopf_csi.metrics import DEFAULT_BUCKETS, OPERATION_BUCKETS, QUEUE_BUCKETS
+from kopf_csi.metrics import (
+    DEFAULT_BUCKETS,
+    LAG_BUCKETS,
+    OPERATION_BUCKETS,
+    QUEUE_BUCKETS,
+    REQUEST_BUCKETS,
+)
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import ControllerManager
 from kopf_csi.testing.operator import OperatorThread
@@ -186,3 +192,37 @@ async def test_requests_held_by_the_rate_limit_are_counted_per_role(
     samples = await scrape(operator)
     assert value(samples, "kopf_csi_api_throttled_requests_total", manager="csi-provisioner") >= 1
     assert value(samples, "kopf_csi_api_throttled_seconds_total", manager="csi-provisioner") > 0
+
+
+async def test_the_operators_own_waits_are_counted(
+    cluster: EmulatedCluster, kcm: ControllerManager, operator: OperatorThread
+) -> None:
+    """Where a slow claim's time went, from `/metrics` alone (ours, no Go counterpart): each
+    API request by role, method, resource and code, its duration, new connections, the loop's
+    lag and the in-flight journal; a failed request counted with its code, and nothing lost."""
+    await make_storage_class(cluster, operator, "fast")
+    cluster.faults.add(500, verb="create", resource="persistentvolumes", times=1)
+    await wait_for_bound(cluster, make_claim(cluster, "data", storage_class="fast"))
+
+    samples = await scrape_until(operator, "kopf_csi_event_loop_lag_seconds_count", 1)
+    post_pv = {"manager": "csi-provisioner", "verb": "POST", "resource": "persistentvolumes"}
+    assert value(samples, "kopf_csi_api_requests_total", **post_pv, code="500") == 1
+    assert value(samples, "kopf_csi_api_requests_total", **post_pv, code="201") == 1
+    timed = {"verb": "POST", "resource": "persistentvolumes"}
+    assert value(samples, "kopf_csi_api_request_duration_seconds_count", **timed) == 2
+    assert value(samples, "kopf_csi_api_request_duration_seconds_sum", **timed) > 0
+    assert _buckets(samples, "kopf_csi_api_request_duration_seconds", **timed) == [
+        float(b) for b in REQUEST_BUCKETS
+    ]
+    # The events went out as the provisioner, to their own resource.
+    assert labelled(samples, "kopf_csi_api_requests_total", manager="csi-provisioner",
+                    verb="POST", resource="events")  # fmt: skip
+    assert value(samples, "kopf_csi_api_connection_setup_seconds_count") >= 1
+    assert value(samples, "kopf_csi_api_connection_wait_seconds_count") is not None
+    assert value(samples, "kopf_csi_event_loop_lag_seconds_count") >= 1
+    assert _buckets(samples, "kopf_csi_event_loop_lag_seconds") == [float(b) for b in LAG_BUCKETS]
+
+    (journal,) = labelled(samples, "kopf_csi_journal_records_total")
+    assert value(samples, "kopf_csi_journal_records_total", **journal) >= 1
+    assert value(samples, "kopf_csi_journal_writes_total", **journal) >= 1
+    assert value(samples, "kopf_csi_journal_record_wait_seconds_total", **journal) > 0
