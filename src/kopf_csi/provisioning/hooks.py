@@ -1,8 +1,8 @@
 """Extension point: users' handler modules look at (and change) each CreateVolumeRequest.
 
-A hook is `async def hook(claim, storage_class, request) -> None`. It runs after the request is
-built from the claim and its class and before anything is recorded or sent to the driver, so it
-may:
+A hook is `async def hook(claim, storage_class, request) -> None` (a plain `def` runs in a
+thread, as kopf runs a sync handler). It runs after the request is built from the claim and its
+class and before anything is recorded or sent to the driver, so it may:
 
 - change `request.parameters` (add keys, for example from the claim's labels);
 - refuse the claim with `Refused("why")`: the claim gets a `ProvisioningFailed` event with that
@@ -10,8 +10,9 @@ may:
   created, so nothing can leak.
 
 Hooks run in the order they were added, for every attempt. A hook that raises anything else is
-a bug in that hook: the attempt fails the same way, with the hook named in the event, and the
-operator goes on serving other claims.
+a bug in that hook: the attempt fails the same way, with the hook and the exception named in the
+event, its traceback is logged (`create_volume_hook_failed`), and the operator goes on serving
+other claims.
 
 Handler modules add hooks through the memo, in any order relative to the provisioner's start:
 
@@ -22,8 +23,12 @@ Handler modules add hooks through the memo, in any order relative to the provisi
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
+
+import structlog
 
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning.errors import ProvisioningError
@@ -32,10 +37,12 @@ from kopf_csi.provisioning.states import ProvisioningState
 __all__ = ["CreateVolumeHook", "Refused", "create_volume_hooks", "run_hooks"]
 
 CreateVolumeHook = Callable[
-    [Mapping[str, Any], Mapping[str, Any], csi.CreateVolumeRequest], Awaitable[None]
+    [Mapping[str, Any], Mapping[str, Any], csi.CreateVolumeRequest], Awaitable[None] | None
 ]
+"""An async function, or a plain one (it runs in a thread)."""
 
 MEMO_KEY = "create_volume_hooks"
+log = structlog.get_logger("kopf_csi.provisioning")
 
 
 class Refused(ProvisioningError):
@@ -59,12 +66,27 @@ async def run_hooks(
 ) -> None:
     for hook in hooks:
         try:
-            await hook(claim, storage_class, request)
+            await _call(hook, claim, storage_class, request)
         except ProvisioningError:
             raise
         except Exception as exc:
             name = getattr(hook, "__qualname__", repr(hook))
+            log.exception("create_volume_hook_failed", hook=name, error=str(exc) or repr(exc))
             raise ProvisioningError(
                 f"create-volume hook {name} failed: {type(exc).__name__}: {exc}",
                 state=ProvisioningState.FINISHED,
             ) from exc
+
+
+async def _call(
+    hook: CreateVolumeHook,
+    claim: Mapping[str, Any],
+    storage_class: Mapping[str, Any],
+    request: csi.CreateVolumeRequest,
+) -> None:
+    if inspect.iscoroutinefunction(hook):
+        await hook(claim, storage_class, request)
+        return
+    result = await asyncio.to_thread(hook, claim, storage_class, request)  # as kopf runs one
+    if inspect.isawaitable(result):  # a callable object, a partial: whatever it gives back
+        await result
