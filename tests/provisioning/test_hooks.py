@@ -10,7 +10,8 @@ import structlog
 
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning.errors import ProvisioningError
-from kopf_csi.provisioning.hooks import Refused, create_volume_hooks, run_hooks
+from kopf_csi.provisioning.hookcalls import run_hooks
+from kopf_csi.provisioning.hooks import Refused, create_volume_hooks
 from kopf_csi.provisioning.states import ProvisioningState
 
 

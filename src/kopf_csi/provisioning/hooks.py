@@ -14,7 +14,8 @@ a bug in that hook: the attempt fails the same way, with the hook and the except
 event, its traceback is logged (`create_volume_hook_failed`), and the operator goes on serving
 other claims.
 
-Handler modules add hooks through the memo, in any order relative to the provisioner's start:
+The provisioner runs them (`hookcalls.run_hooks`). Handler modules add hooks through the memo,
+in any order relative to the provisioner's start:
 
     @kopf.on.startup()
     async def register(memo: kopf.Memo, **_: Any) -> None:
@@ -23,18 +24,14 @@ Handler modules add hooks through the memo, in any order relative to the provisi
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
-
-import structlog
 
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.states import ProvisioningState
 
-__all__ = ["CreateVolumeHook", "Refused", "create_volume_hooks", "run_hooks"]
+__all__ = ["CreateVolumeHook", "Refused", "create_volume_hooks"]
 
 CreateVolumeHook = Callable[
     [Mapping[str, Any], Mapping[str, Any], csi.CreateVolumeRequest], Awaitable[None] | None
@@ -42,7 +39,6 @@ CreateVolumeHook = Callable[
 """An async function, or a plain one (it runs in a thread)."""
 
 MEMO_KEY = "create_volume_hooks"
-log = structlog.get_logger("kopf_csi.provisioning")
 
 
 class Refused(ProvisioningError):
@@ -56,37 +52,3 @@ def create_volume_hooks(memo: MutableMapping[str, Any]) -> list[CreateVolumeHook
     """The one list of hooks in this operator's memo (created by whoever asks first)."""
     hooks: list[CreateVolumeHook] = memo.setdefault(MEMO_KEY, [])
     return hooks
-
-
-async def run_hooks(
-    hooks: Sequence[CreateVolumeHook],
-    claim: Mapping[str, Any],
-    storage_class: Mapping[str, Any],
-    request: csi.CreateVolumeRequest,
-) -> None:
-    for hook in hooks:
-        try:
-            await _call(hook, claim, storage_class, request)
-        except ProvisioningError:
-            raise
-        except Exception as exc:
-            name = getattr(hook, "__qualname__", repr(hook))
-            log.exception("create_volume_hook_failed", hook=name, error=str(exc) or repr(exc))
-            raise ProvisioningError(
-                f"create-volume hook {name} failed: {type(exc).__name__}: {exc}",
-                state=ProvisioningState.FINISHED,
-            ) from exc
-
-
-async def _call(
-    hook: CreateVolumeHook,
-    claim: Mapping[str, Any],
-    storage_class: Mapping[str, Any],
-    request: csi.CreateVolumeRequest,
-) -> None:
-    if inspect.iscoroutinefunction(hook):
-        await hook(claim, storage_class, request)
-        return
-    result = await asyncio.to_thread(hook, claim, storage_class, request)  # as kopf runs one
-    if inspect.isawaitable(result):  # a callable object, a partial: whatever it gives back
-        await result
