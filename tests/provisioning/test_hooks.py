@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
+import structlog
 
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning.errors import ProvisioningError
-from kopf_csi.provisioning.hooks import Refused, create_volume_hooks, run_hooks
+from kopf_csi.provisioning.hookcalls import run_hooks
+from kopf_csi.provisioning.hooks import Refused, create_volume_hooks
 from kopf_csi.provisioning.states import ProvisioningState
 
 
@@ -49,8 +52,36 @@ async def test_a_broken_hook_fails_the_attempt_naming_the_hook() -> None:
     async def broken(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
         raise KeyError("oops")
 
-    with pytest.raises(ProvisioningError) as info:
+    with structlog.testing.capture_logs() as logs, pytest.raises(ProvisioningError) as info:
         await run_hooks([broken], {}, {}, csi.CreateVolumeRequest(name="pvc-1"))
     assert "test_a_broken_hook_fails_the_attempt_naming_the_hook.<locals>.broken" in str(info.value)
     assert "KeyError" in str(info.value)
     assert info.value.state is ProvisioningState.FINISHED
+    # The event has one line; the log has the traceback, where the hook's author needs it.
+    (failed,) = [entry for entry in logs if entry["event"] == "create_volume_hook_failed"]
+    assert failed["hook"].endswith("<locals>.broken")
+    assert failed["log_level"] == "error"
+    assert failed["exc_info"] is True
+
+
+async def test_a_plain_function_is_a_hook_too_run_in_a_thread() -> None:
+    """`def` instead of `async def`, as kopf and `kopf_csi.on` take either: it runs, in a thread
+    (not the operator's loop), and its change is sent; a refusal from it is a refusal."""
+    loop_thread = threading.get_ident()
+    ran_in: list[int] = []
+
+    def tag(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        ran_in.append(threading.get_ident())
+        request.parameters["tagged"] = "yes"
+
+    def refuse(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        raise Refused("not from a thread either")
+
+    request = csi.CreateVolumeRequest(name="pvc-1", parameters={})
+    await run_hooks([tag], {}, {}, request)
+    assert request.parameters == {"tagged": "yes"}
+    (thread,) = ran_in
+    assert thread != loop_thread
+    with pytest.raises(Refused) as info:
+        await run_hooks([refuse], {}, {}, request)
+    assert info.value.message == "not from a thread either"

@@ -20,5 +20,6 @@ writes, CSI calls, events) and the kopf handlers build on these; nothing here kn
   driver; `volumes.complete_volume` makes a back end's answer a whole PV.
 
 The I/O lives beside them: `operations` (the controller), `csi_backend` (the CSI driver as a
-back end), `reclaiming`, `sourcing`, `journal`, `access`, `hooks`.
+back end), `reclaiming`, `sourcing`, `journal`, `access`, `hookcalls` (running the users'
+CreateVolume hooks; `hooks`, pure, is their public interface).
 """

@@ -26,7 +26,8 @@ from kopf_csi.provisioning.access import read_secret_data
 from kopf_csi.provisioning.access import uid as uid_of
 from kopf_csi.provisioning.backends import ProvisionOptions, ProvisionResult
 from kopf_csi.provisioning.errors import ProvisioningError
-from kopf_csi.provisioning.hooks import CreateVolumeHook, run_hooks
+from kopf_csi.provisioning.hookcalls import run_hooks
+from kopf_csi.provisioning.hooks import CreateVolumeHook
 from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.provisioning.sourcing import Sources
 from kopf_csi.provisioning.states import (

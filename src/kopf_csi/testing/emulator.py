@@ -1,12 +1,13 @@
 """An emulated Kubernetes API server over real local HTTP, for tests, the sandbox and benchmarks.
 
 What belongs to the emulator, one module each, put together here as ``EmulatedCluster``: the
-served kinds (``kinds.py``); the object store (resourceVersion, uid, generation, finalizers with
-deletionTimestamp, the spec/status split, watch history and 410 Gone) with a Python-level API
-for tests that goes through the same write path (``store.py``); watches and change feeds
-(``watches.py``); the HTTP translation of the verbs, bookmarks and timeouts (``serving.py``);
-fault injection (``faults.py``). This module adds the server's lifecycle, TLS and the
-kubeconfig. What does not belong: controllers (``kcm.py``) and the patch and selector
+served kinds, and those a created CRD adds (``kinds.py``); the object store (resourceVersion,
+uid, generation, finalizers with deletionTimestamp, the spec/status split, watch history and
+410 Gone) with a Python-level API for tests that goes through the same write path
+(``store.py``); the server's defaulting of what a write leaves out (``defaults.py``); watches
+and change feeds (``watches.py``); the HTTP translation of the verbs, bookmarks and timeouts
+(``serving.py``); fault injection (``faults.py``). This module adds the server's lifecycle, TLS
+and the kubeconfig. What does not belong: controllers (``kcm.py``) and the patch and selector
 algorithms (``apimachinery.py``). Import the public names from here, as before the split.
 
 It is built on kmock 0.8, whose ``KubernetesEmulator`` lacks what kopf and kubernetes-asyncio

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["KINDS", "Body", "Kind"]
+__all__ = ["KINDS", "Body", "Kind", "defined_by"]
 
 Body = dict[str, Any]
 
@@ -93,6 +93,30 @@ KINDS: tuple[Kind, ...] = (
     ),
 )
 """What the operator and the controller stand-ins touch. Core ``events`` wins the bare name."""
+
+CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
+
+
+def defined_by(crd: Body) -> tuple[Kind, ...]:
+    """The resources an apiextensions.k8s.io/v1 CustomResourceDefinition serves: one per served
+    version, with /status where that version declares the subresource."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
+    if not (group and plural and kind):
+        return ()
+    return tuple(
+        Kind(
+            group,
+            version["name"],
+            plural,
+            kind,
+            namespaced=spec.get("scope") == "Namespaced",
+            status="status" in (version.get("subresources") or {}),
+        )
+        for version in spec.get("versions") or ()
+        if version.get("served") and version.get("name")
+    )
 
 
 _BUILT_IN_GROUPS = frozenset(

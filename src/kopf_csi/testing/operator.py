@@ -24,6 +24,9 @@ from kopf_csi.settings import Settings
 
 __all__ = ["DEFAULT_MODULES", "OperatorThread", "running_operator"]
 
+LOGIN_MODULE = "kopf_csi_handlers.lifecycle"
+"""The default module with kopf's login handler: an operator without it cannot log in."""
+
 
 class OperatorThread:
     """kopf.operator() in a daemon thread; `start()` waits until it is ready."""
@@ -105,8 +108,7 @@ class OperatorThread:
         self._thread.start()
         if not await asyncio.to_thread(self._ready.wait, self.start_timeout):
             raise TimeoutError(f"the operator was not ready within {self.start_timeout}s")
-        if self.error is not None:
-            raise RuntimeError(f"the operator failed to start: {self.error!r}") from self.error
+        self._raise_if_stopped()
         # kopf is ready before it has scanned the API's resources. Waiting for the scan means
         # the watches are starting when we return, and that a quick stop() does not leave the
         # scan hanging (kopf then waits 5 s for it as a "hung task").
@@ -115,6 +117,16 @@ class OperatorThread:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the operator did not scan the API in {self.start_timeout}s")
             await asyncio.sleep(0.01)
+        self._raise_if_stopped()  # kopf gave up during the scan (it could not log in)
+
+    def _raise_if_stopped(self) -> None:
+        """A start-up that ended the operator fails the start, not the test's later waits."""
+        if self.error is None and (self._thread is None or self.alive):
+            return
+        why = repr(self.error) if self.error else self.stop_reason or "it stopped by itself"
+        if LOGIN_MODULE not in self.modules:
+            why += f"; {LOGIN_MODULE} (kopf's login) is not loaded: add yours to DEFAULT_MODULES"
+        raise RuntimeError(f"the operator failed to start: {why}") from self.error
 
     async def flush_events(self, timeout: float = 10.0) -> None:
         """Wait until every event the operator has queued so far is posted (events go out in

@@ -66,13 +66,25 @@ TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
 
 
 async def until(predicate: Callable[[], Any], *, timeout: float = 10.0) -> Any:
-    """Poll until `predicate()` is truthy and return its value; fail after `timeout` seconds."""
+    """Poll until `predicate()` is truthy and return its value; fail after `timeout` seconds,
+    naming the predicate by its source (a lambda's line) and its last value."""
     deadline = time.monotonic() + timeout
     while not (result := predicate()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s: {predicate}")
+            raise AssertionError(
+                f"not true within {timeout:g}s: {_source(predicate)} (last: {result!r})"
+            )
         await asyncio.sleep(0.02)
     return result
+
+
+def _source(predicate: Callable[[], Any]) -> str:
+    """The predicate's source, as written (`lambda: ...`), or its repr where there is none."""
+    try:
+        lines = inspect.getsource(predicate)
+    except (OSError, TypeError):
+        return repr(predicate)
+    return " ".join(line.strip() for line in lines.strip().splitlines())
 
 
 def seed_node(cluster: EmulatedCluster, name: str = NODE, *, driver: str = DRIVER_NAME) -> None:

@@ -27,9 +27,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, cast
 
-from kopf_csi.testing import apimachinery, openapi
+from kopf_csi.testing import apimachinery, defaults, openapi
 from kopf_csi.testing.apimachinery import StatusError
-from kopf_csi.testing.kinds import Body, Kind
+from kopf_csi.testing.kinds import CRDS, Body, Kind, defined_by
 from kopf_csi.testing.watches import Change, HttpWatch, Listener, Subscription, dumps, event_line
 
 __all__ = ["PROTECTION_FINALIZERS", "TEST_MANAGER", "ObjectStore", "PatchType", "patch_function"]
@@ -317,7 +317,7 @@ class ObjectStore:
     ) -> Body:
         if not isinstance(body, dict):
             raise StatusError(400, "the body must be an object")
-        body = self._prune(kind, body, manager, check)
+        body = defaults.apply(kind, self._prune(kind, body, manager, check))
         meta = dict(body.get("metadata") or {})
         if kind.namespaced:
             if namespace and meta.get("namespace") not in (None, "", namespace):
@@ -393,7 +393,7 @@ class ObjectStore:
         proposed = transform(old)
         if not isinstance(proposed, dict):
             raise StatusError(422, "the result must be an object")
-        proposed = self._prune(kind, proposed, manager, check)
+        proposed = defaults.apply(kind, self._prune(kind, proposed, manager, check))
         meta = proposed.get("metadata") or {}
         if meta.get("resourceVersion") not in (None, "", old["metadata"]["resourceVersion"]):
             raise apimachinery.conflict(kind.plural, kind.group, name)
@@ -495,6 +495,8 @@ class ObjectStore:
             del self._store[kind][key]
         else:
             self._store[kind][key] = obj
+        if (kind.group, kind.plural) == CRDS and type_ != "DELETED":
+            self._serve_new(defined_by(obj))  # before its watchers hear of it: kopf scans then
         change = Change(type_, kind, obj, old)
         history = self._history[kind]
         if len(history) == history.maxlen:
@@ -503,6 +505,14 @@ class ObjectStore:
         for listener in list(self._listeners[kind]):
             listener.offer(change)
         return obj
+
+    def _serve_new(self, kinds: tuple[Kind, ...]) -> None:
+        """Serve a CRD's resources at once, as a real server once the CRD is established (what
+        is served already, built in or from an earlier write, stays as it is; a deleted CRD's
+        resources stay served)."""
+        for kind in kinds:
+            if (kind.group, kind.version, kind.plural) not in self._kinds:
+                self.serve(kind)
 
     def _unlisten(self, listener: Listener, kinds: tuple[Kind, ...]) -> None:
         for kind in kinds:

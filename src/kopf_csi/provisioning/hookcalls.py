@@ -1,0 +1,58 @@
+"""Running the users' CreateVolume hooks (`kopf_csi.provisioning.hooks`) for one attempt.
+
+In the order they were added; a plain `def` in a thread, as kopf runs a sync handler; a
+`ProvisioningError` (`Refused`) as it is; anything else is the hook's own bug: its traceback is
+logged (`create_volume_hook_failed`) and the attempt fails with an event that names the hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from kopf_csi.csi import messages as csi
+from kopf_csi.provisioning.errors import ProvisioningError
+from kopf_csi.provisioning.hooks import CreateVolumeHook
+from kopf_csi.provisioning.states import ProvisioningState
+
+__all__ = ["run_hooks"]
+
+log = structlog.get_logger("kopf_csi.provisioning")
+
+
+async def run_hooks(
+    hooks: Sequence[CreateVolumeHook],
+    claim: Mapping[str, Any],
+    storage_class: Mapping[str, Any],
+    request: csi.CreateVolumeRequest,
+) -> None:
+    for hook in hooks:
+        try:
+            await _call(hook, claim, storage_class, request)
+        except ProvisioningError:
+            raise
+        except Exception as exc:
+            name = getattr(hook, "__qualname__", repr(hook))
+            log.exception("create_volume_hook_failed", hook=name, error=str(exc) or repr(exc))
+            raise ProvisioningError(
+                f"create-volume hook {name} failed: {type(exc).__name__}: {exc}",
+                state=ProvisioningState.FINISHED,
+            ) from exc
+
+
+async def _call(
+    hook: CreateVolumeHook,
+    claim: Mapping[str, Any],
+    storage_class: Mapping[str, Any],
+    request: csi.CreateVolumeRequest,
+) -> None:
+    if inspect.iscoroutinefunction(hook):
+        await hook(claim, storage_class, request)
+        return
+    result = await asyncio.to_thread(hook, claim, storage_class, request)  # as kopf runs one
+    if inspect.isawaitable(result):  # a callable object, a partial: whatever it gives back
+        await result
