@@ -18,12 +18,16 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/kopf-csi
 WORKDIR /src
-# Only what the package needs (.dockerignore sends nothing else). setuptools is pinned for the
-# build, then removed with pip: the runtime has no installer.
+# Only what the package needs (.dockerignore sends nothing else): the sources, and the example
+# manifests the wheel carries for the sandbox (three of them link to the base's files).
+# setuptools is pinned for the build, then removed with pip: the runtime has no installer.
 COPY requirements/constraints.txt requirements/constraints.txt
 COPY pyproject.toml setup.py README.md ./
 COPY src/ src/
 COPY handlers/ handlers/
+COPY manifests/examples/ manifests/examples/
+COPY manifests/base/csidriver.yaml manifests/base/storageclasses.yaml \
+     manifests/base/volumesnapshotclass.yaml manifests/base/
 RUN /opt/kopf-csi/bin/pip install -c requirements/constraints.txt setuptools==84.2.1 \
  && /opt/kopf-csi/bin/pip install --no-build-isolation -c requirements/constraints.txt . \
  && /opt/kopf-csi/bin/pip uninstall --yes setuptools pip \

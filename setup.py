@@ -1,4 +1,5 @@
-"""The packages: `kopf_csi` from src/, and the handler modules of handlers/ as `kopf_csi_handlers`.
+"""The packages: `kopf_csi` from src/, the handler modules of handlers/ as `kopf_csi_handlers`, and
+the example manifests of manifests/examples/ as the sandbox's data (`kopf_csi.sandbox.examples`).
 
 The folder keeps its short name in the repository; installed, it is `kopf_csi_handlers`: a
 top-level `handlers` in site-packages would clash with a user's own. Everything else about the
@@ -13,7 +14,10 @@ handlers = [
     INSTALLED_AS + name.removeprefix("handlers")
     for name in find_packages(".", include=["handlers", "handlers.*"])
 ]
+# The sandbox applies the example manifests; installed from a clone, it finds them in the
+# package (its data, `*.yaml` in pyproject.toml), wherever it is run from.
+EXAMPLES = "kopf_csi.sandbox.examples"
 setup(
-    packages=find_packages("src", include=["kopf_csi", "kopf_csi.*"]) + handlers,
-    package_dir={"": "src", INSTALLED_AS: "handlers"},
+    packages=find_packages("src", include=["kopf_csi", "kopf_csi.*"]) + handlers + [EXAMPLES],
+    package_dir={"": "src", INSTALLED_AS: "handlers", EXAMPLES: "manifests/examples"},
 )

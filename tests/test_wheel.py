@@ -4,7 +4,8 @@ We test these aspects:
 - the wheel that `pip wheel .` builds holds no module of the benchmark or the chaos suite (they
   live in the repository's `devtools/`, run from a checkout), and no `devtools` package;
 - it still holds what users import or run: the testing kit with its pytest plugin (declared as
-  a pytest11 entry point) and its TLS files, the sandbox, the reference driver.
+  a pytest11 entry point) and its TLS files, the sandbox with its example manifests, the
+  reference driver.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 import zipfile
 
 import pytest
+
+from kopf_csi.sandbox.running import EXAMPLES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -29,7 +32,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for name in ("src", "handlers", "devtools"):
+    for name in ("src", "handlers", "devtools", "manifests"):
         shutil.copytree(ROOT / name, source / name, ignore=ignore)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -75,6 +78,10 @@ def test_the_testing_kit_the_sandbox_and_the_driver_stay(wheel: zipfile.ZipFile)
         assert module in modules, module
     names = set(wheel.namelist())
     assert any(name.startswith("kopf_csi/testing/tls/") for name in names)
+    # The sandbox's example manifests, the links to the base's files made real files.
+    for example in EXAMPLES:
+        shipped = wheel.read(f"kopf_csi/sandbox/examples/{example}").decode()
+        assert shipped == (ROOT / "manifests" / "examples" / example).read_text()
     (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert "[pytest11]" in text

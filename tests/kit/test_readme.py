@@ -3,7 +3,8 @@
 The venv gets this repository installed (not editable, with the `testing` extra, the versions
 from `requirements/constraints.txt`: pip's cache and the package index serve them), then a
 project of its own is written from the README's blocks marked `<!-- file: PATH -->`, and its
-pytest runs there with nothing configured. Slow (a venv and an install: about 20-40 s), but
+pytest runs there with nothing configured; then the sandbox, with the project's module, from
+the project's folder. Slow (a venv and an install: about 20-40 s), but
 run by CI like every other test: it needs only the package index CI already uses.
 """
 
@@ -20,8 +21,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"<!-- file: (\S+)[^>]*-->\n```python\n(.*?)```", re.DOTALL)
-# What `pip install .` reads.
-COPIED = ("pyproject.toml", "setup.py", "README.md", "src", "handlers")
+# What `pip install .` reads (the sandbox's example manifests among them).
+COPIED = ("pyproject.toml", "setup.py", "README.md", "src", "handlers", "manifests")
 
 
 def readme_files() -> dict[str, str]:
@@ -79,3 +80,12 @@ def test_the_readme_example_passes_in_a_fresh_virtualenv(tmp_path: pathlib.Path)
     # project's folder on the path by itself).
     output = run(venv / "bin" / "pytest", "-p", "no:cacheprovider", "-q", cwd=project, timeout=300)
     assert "2 passed" in output, output
+
+    # The sandbox with the project's own module, run from the project's folder, as the
+    # Quickstart says: the example manifests come with the package, not from a clone.
+    output = run(
+        python, "-m", "kopf_csi.sandbox", "--dir", tmp_path / "sandbox", "-m",
+        "myproject.only_small", cwd=project, timeout=300,
+    )  # fmt: skip
+    assert "myproject.only_small" in output, output
+    assert "stopped: nothing left running" in output, output

@@ -156,5 +156,6 @@ def test_the_package_holds_the_handlers_and_the_driver(tmp_path: pathlib.Path) -
     assert "kopf_csi/driver/__main__.py" in files
     assert "kopf_csi/cli.py" in files
     assert "kopf_csi/py.typed" in files
+    assert "kopf_csi/sandbox/examples/storageclasses.yaml" in files  # a link to the base's
     # The handler modules under the project's own name: a top-level `handlers` would clash.
     assert not [name for name in files if name.startswith("handlers/")]

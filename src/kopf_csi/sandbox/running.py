@@ -50,11 +50,19 @@ RESOURCES = {
 
 
 def _examples_dir() -> pathlib.Path:
-    for base in (pathlib.Path.cwd(), *pathlib.Path(__file__).resolve().parents):
-        candidate = base / "manifests" / "examples"
-        if candidate.is_dir():
+    """The example manifests: the package's own copy when installed from a clone (setup.py
+    ships manifests/examples as its data), else the repository's (an editable install)."""
+    installed = pathlib.Path(__file__).resolve().parent / "examples"
+    for candidate in (
+        installed,
+        *(base / "manifests" / "examples" for base in (pathlib.Path.cwd(), *installed.parents)),
+    ):
+        if (candidate / EXAMPLES[0]).is_file():
             return candidate
-    raise SystemExit("manifests/examples not found: run the sandbox from the repository")
+    raise SystemExit(
+        "manifests/examples not found: install kopf-csi from a clone (pip install /path/to/clone)"
+        " or run the sandbox from the repository"
+    )
 
 
 def _node_objects() -> list[tuple[kube.Resource, dict[str, Any]]]:
