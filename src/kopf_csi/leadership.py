@@ -61,6 +61,7 @@ from kopf_csi.leases import (
     Role,
     duration_seconds,
     format_microtime,
+    holders_text,
     is_expired,
     is_free,
     is_ours,
@@ -439,8 +440,7 @@ class Elector:
     def check(self) -> tuple[bool, str]:
         """Health (`memo.health_checks["leader-election"]`): False when renewals are overdue."""
         if not self.is_leader and self.lost is None:
-            waiting = {k: v for k, v in self.holders.items() if v != self.identity}
-            return True, f"standby as {self.identity}, waiting for {waiting or self.leases}"
+            return True, f"standby as {self.identity}: {holders_text(self.holders)}"
         now = self.clock()
         for candidate in self.candidates:
             if is_renewal_overdue(
@@ -465,7 +465,11 @@ class Elector:
         holders = self.holders
         if holders != self._holders_logged:
             self._holders_logged = holders
-            log.info("leader_election_waiting", identity=self.identity, holders=holders)
+            log.info(
+                "leader_election_waiting", identity=self.identity,
+                holders={name: holder for name, holder in holders.items() if holder is not None},
+                not_read=[name for name, holder in holders.items() if holder is None],
+            )  # fmt: skip
 
     async def _post(self, template: str) -> None:
         """client-go's LeaseLock `RecordEvent`: a Normal event on each Lease (best effort).

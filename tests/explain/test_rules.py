@@ -171,6 +171,43 @@ def test_a_call_in_flight_is_the_verdict_and_a_fact() -> None:
     assert diagnosis.summary == "being worked on: the operator has been on it for 2.0s"
 
 
+@pytest.mark.parametrize(
+    ("state", "line"),
+    [
+        (
+            {"standby": False, "identity": "r1", "leases": {"d-example-com": "r1", "att": "r1"}},
+            "operator: replica r1, leading, sees its Leases held by r1: d-example-com, att",
+        ),
+        (  # a standby stops at the first Lease another replica holds: the rest is unread
+            {"standby": True, "identity": "r2", "leases": {"d-example-com": "r1", "att": None}},
+            "operator: replica r2, a standby, sees its Leases held by r1: d-example-com;"
+            " not read yet: att (a standby reads its Leases in order, up to the first another"
+            " replica holds)",
+        ),
+    ],
+)
+def test_the_operators_leases_are_said_as_it_saw_them(state: dict[str, Any], line: str) -> None:
+    diagnosis = diagnose(_seen(**PROVISIONING, operator=state))
+    assert line in diagnosis.evidence
+    assert not any("nobody" in fact for fact in diagnosis.evidence), diagnosis.evidence
+
+
+def test_failed_attempts_are_said_once() -> None:
+    failed = {
+        "type": "Warning",
+        "reason": "ProvisioningFailed",
+        "count": 3,
+        "lastTimestamp": "2026-01-01T11:59:50Z",
+        "message": "no available topology found",
+    }
+    state = {"queues": [{"queue": "claims", "failures": 3, "next_retry_in": 4.0}]}
+    diagnosis = diagnose(_seen(**PROVISIONING, events=[failed], operator=state))
+    assert diagnosis.blocker == "provisioning-failed"
+    assert [fact for fact in diagnosis.evidence if "failed attempts" in fact] == [
+        "operator: in its claims queue, next retry in 4.0s, 3 failed attempts"
+    ]  # fmt: skip
+
+
 def _limit(last_delay: float, last_ago: float) -> dict[str, Any]:
     return {"qps": 5.0, "burst": 10, "delayed": 40, "waited": 31.25,
             "last_delay": last_delay, "last_ago": last_ago}  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 
 from kopf_csi import names
 from kopf_csi.explain.observed import Body, Diagnosis, Observed, State
-from kopf_csi.leases import parse_microtime
+from kopf_csi.leases import holders_text, parse_microtime
 from kopf_csi.provisioning.quantities import parse_quantity
 
 __all__ = ["diagnose", "grpc_code", "is_secret_parameter"]
@@ -212,8 +212,11 @@ def operator_lines(state: Mapping[str, Any]) -> list[str]:
         )
     leases = state.get("leases")
     if leases:
-        held = ", ".join(f"{name}: {holder or 'nobody'}" for name, holder in leases.items())
-        lines.append(f"operator: replica {state.get('identity')} sees the Leases held by {held}")
+        role = "a standby" if state.get("standby") else "leading"
+        lines.append(
+            f"operator: replica {state.get('identity')}, {role}, sees its Leases"
+            f" {holders_text(leases)}"
+        )
     return lines
 
 
@@ -223,11 +226,6 @@ def _call_text(call: Mapping[str, Any]) -> str:
         f"{call.get('rpc')} in flight for {float(call.get('for') or 0):.1f}s"
         f" (timeout {float(call.get('timeout') or 0):g}s)"
     )
-
-
-def _queue_state(seen: Observed) -> Mapping[str, Any] | None:
-    queues = (seen.operator or {}).get("queues") or []
-    return queues[0] if queues else None
 
 
 # -- PersistentVolumeClaim --------------------------------------------------------------------
@@ -582,9 +580,6 @@ def _provisioning_failures(walk: _Walk) -> None:
     walk.fact(_event_line(seen, latest))
     message = str(latest.get("message") or "")
     code = grpc_code(message)
-    queue = _queue_state(seen)
-    if queue and queue.get("failures"):
-        walk.fact(f"operator: {queue['failures']} failed attempts so far")
     if code in IN_PROGRESS_CODES:
         raise walk.blocked(
             "createvolume-transient",
