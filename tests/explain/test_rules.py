@@ -96,6 +96,43 @@ def test_claim_rules(fields: dict[str, Any], blocker: str) -> None:
     assert diagnose(_seen(**fields)).blocker == blocker
 
 
+RELEASED = {**LIVE, "spec": {"holderIdentity": "", "leaseDurationSeconds": 1,
+                              "renewTime": "2026-01-01T11:55:00.000000Z"}}  # fmt: skip
+STOPPED = {**LIVE, "spec": {**LIVE["spec"], "renewTime": "2026-01-01T11:55:00.000000Z"}}
+
+
+def _provisioner_event(at: str) -> dict[str, Any]:
+    return {"type": "Warning", "reason": "ProvisioningFailed", "lastTimestamp": at,
+            "message": "rpc error: code = Internal desc = pool offline"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("lease", "event_at", "blocker"),
+    [
+        # An operator without --leader-election beside a Lease left from an earlier run.
+        (RELEASED, "2026-01-01T11:59:50Z", "createvolume-failed"),
+        (STOPPED, "2026-01-01T11:59:50Z", "createvolume-failed"),
+        # Events from before the release, or from the stopped holder's last seconds: no proof.
+        (RELEASED, "2026-01-01T11:54:00Z", "lease-free"),
+        (STOPPED, "2026-01-01T11:55:10Z", "lease-stale"),
+    ],
+)
+def test_a_lease_left_from_before_is_outweighed_by_newer_provisioner_events(
+    lease: dict[str, Any], event_at: str, blocker: str
+) -> None:
+    events = [_provisioner_event(event_at)]
+    diagnosis = diagnose(
+        _seen(storage_class_name="sc", storage_class=SC, leases=[lease], events=events)
+    )
+    assert diagnosis.blocker == blocker, diagnosis
+    if blocker == "createvolume-failed":
+        assert any(
+            "came after the Lease's last renewal: an operator serves d.example.com without"
+            " leader election" in fact
+            for fact in diagnosis.evidence
+        ), diagnosis.evidence
+
+
 def test_a_live_lease_is_evidence_and_a_bound_claim_is_healthy() -> None:
     bound = _claim(volumeName="pv")
     bound["status"] = {"phase": "Bound"}

@@ -12,6 +12,7 @@ that names or holds a secret (`csi.storage.k8s.io/*secret*`).
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -149,13 +150,18 @@ def _event_line(seen: Observed, event: Mapping[str, Any]) -> str:
     return f"event {event.get('reason')} ({when}{times}): {event.get('message', '')}"
 
 
-def _has_events_from_provisioner(seen: Observed) -> bool:
-    ours = {
+_PROVISIONER_REASONS = frozenset(
+    {
         names.REASON_PROVISIONING,
         names.REASON_PROVISIONING_FAILED,
         names.REASON_PROVISIONING_SUCCEEDED,
     }
-    return any(event.get("reason") in ours for event in seen.events)
+)
+"""The reasons of the external provisioner's own events on a claim."""
+
+
+def _has_events_from_provisioner(seen: Observed) -> bool:
+    return any(event.get("reason") in _PROVISIONER_REASONS for event in seen.events)
 
 
 _ROLES = {
@@ -326,6 +332,13 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
             live.append(lease)
     if live or served is True:
         return
+    unleased = _event_after_leases(seen)
+    if unleased is not None:
+        walk.fact(
+            f"{_event_line(seen, unleased)} came after the Lease's last renewal: an operator"
+            f" serves {provisioner} without leader election"
+        )
+        return
     if seen.leases:
         holders = [str(_spec(lease).get("holderIdentity") or "") for lease in seen.leases]
         holder = next((h for h in holders if h), "")
@@ -359,6 +372,28 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
             "or check the class: its provisioner must be the driver's name"
             " (kubectl get csidrivers)",
         )
+
+
+def _event_after_leases(seen: Observed) -> Body | None:
+    """The provisioner's newest event on the claim when it came a whole lease duration after
+    every Lease's last renewal: an operator works without `--leader-election` beside a Lease
+    left from before (released, or held by a replica that stopped, which stops working within
+    its lease duration), so the Lease says nothing of who serves the class."""
+    ends = []
+    for lease in seen.leases:
+        spec = _spec(lease)
+        renewed = parse_microtime(spec.get("renewTime") or spec.get("acquireTime"))
+        if renewed is None:
+            return None
+        ends.append(
+            renewed + datetime.timedelta(seconds=float(spec.get("leaseDurationSeconds") or 0))
+        )
+    ours = [event for event in seen.events if event.get("reason") in _PROVISIONER_REASONS]
+    if not ends or not ours:
+        return None
+    newest = max(ours, key=_event_time)
+    moment = parse_microtime(_event_time(newest))
+    return newest if moment is not None and moment > max(ends) else None
 
 
 def _served_by_operator(seen: Observed, provisioner: str) -> bool | None:
