@@ -235,7 +235,7 @@ def test_failed_attempts_are_said_once() -> None:
         "reason": "ProvisioningFailed",
         "count": 3,
         "lastTimestamp": "2026-01-01T11:59:50Z",
-        "message": "no available topology found",
+        "message": "failed to get target node: the cache is not synced",
     }
     state = {"queues": [{"queue": "claims", "failures": 3, "next_retry_in": 4.0}]}
     diagnosis = diagnose(_seen(**PROVISIONING, events=[failed], operator=state))
@@ -243,6 +243,23 @@ def test_failed_attempts_are_said_once() -> None:
     assert [fact for fact in diagnosis.evidence if "failed attempts" in fact] == [
         "operator: in its claims queue, next retry in 4.0s, 3 failed attempts"
     ]  # fmt: skip
+
+
+def test_no_available_topology_points_at_the_node_plugin() -> None:
+    failed = {
+        "type": "Warning",
+        "reason": "ProvisioningFailed",
+        "lastTimestamp": "2026-01-01T11:59:50Z",
+        "message": "error generating accessibility requirements: no available topology found",
+    }
+    diagnosis = diagnose(_seen(**PROVISIONING, events=[failed]))
+    assert diagnosis.blocker == "no-topology"
+    assert diagnosis.summary == (
+        "no node offers a topology for d.example.com: error generating accessibility"
+        " requirements: no available topology found"
+    )
+    assert "start the driver's node plugin" in diagnosis.next_steps[0]
+    assert "kubectl get csinodes -o yaml" in diagnosis.next_steps[0]
 
 
 def _limit(last_delay: float, last_ago: float) -> dict[str, Any]:

@@ -636,6 +636,16 @@ def _provisioning_failures(walk: _Walk) -> None:
             "fix what the message names (the class's parameters, the claim's size or modes);"
             " retrying alone will not help",
         )
+    if names.MESSAGE_NO_TOPOLOGY in message:
+        driver = (seen.storage_class or {}).get("provisioner")
+        raise walk.blocked(
+            "no-topology",
+            f"no node offers a topology for {driver}: {message}",
+            "start the driver's node plugin (node-driver-registrar registers it): every CSINode"
+            f" that lists {driver} names its topologyKeys (kubectl get csinodes -o yaml), and"
+            " those nodes carry the keys as labels",
+            "the claim is retried with backoff (up to --retry-interval-max) once a node has them",
+        )
     raise walk.blocked(
         "provisioning-failed",
         f"provisioning failed: {message}",
