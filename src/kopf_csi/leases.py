@@ -276,17 +276,14 @@ def is_renewal_overdue(
 
 
 def holders_text(holders: Mapping[str, str | None]) -> str:
-    """Who holds which Lease, as a replica last saw them (`Elector.holders`: "" free, None not
-    read yet), grouped by holder: `held by vm: a, b; not read yet: c`.
+    """Who holds which Lease, as a replica last saw them (`Elector.holders`: "" free, None no
+    record seen), grouped by holder: `held by vm: a, b; not seen yet: c`.
 
-    A standby tries its Leases in order and stops at the first that another replica holds, so
-    the ones after it are not read at all: they are said to be unread, never free.
+    A Lease whose record the replica has not seen (none exists yet, or reading it failed) is
+    said to be so, never to be free or held by nobody.
     """
     groups: dict[str, list[str]] = {}
     for name, holder in holders.items():
-        key = "not read yet" if holder is None else f"held by {holder}" if holder else "free"
+        key = "not seen yet" if holder is None else f"held by {holder}" if holder else "free"
         groups.setdefault(key, []).append(name)
-    text = "; ".join(f"{key}: {', '.join(leases)}" for key, leases in groups.items())
-    if "not read yet" in groups:
-        text += " (a standby reads its Leases in order, up to the first another replica holds)"
-    return text
+    return "; ".join(f"{key}: {', '.join(leases)}" for key, leases in groups.items())
