@@ -178,6 +178,9 @@ class Endpoints:
         state = introspection.object_state(
             self.memo, found.kind, found.namespace, found.name, request.query.get("uid")
         )
+        ready, step = readiness(self.memo)
+        if not ready:
+            state["starting"] = step  # serves nothing yet: not "does not serve"
         return web.json_response(state)
 
     async def _probe_driver(self) -> CheckResult:

@@ -228,6 +228,22 @@ def test_the_operators_leases_are_said_as_it_saw_them(state: dict[str, Any], lin
     assert not any("nobody" in fact for fact in diagnosis.evidence), diagnosis.evidence
 
 
+def test_an_operator_still_starting_is_not_one_that_does_not_serve() -> None:
+    starting = "not ready: priming the caches from the Kubernetes API"
+    state = {"provisioners": [], "standby": False, "starting": starting}
+    diagnosis = diagnose(_seen(storage_class_name="sc", storage_class=SC, operator=state))
+    assert diagnosis.blocker == "operator-starting"
+    assert diagnosis.state is State.PROGRESSING
+    assert (
+        diagnosis.summary
+        == f"the operator asked is still starting ({starting}): it serves nothing yet"
+    )
+    # Ready, and not serving the class: it does not serve it.
+    state = {"provisioners": ["other.example.com"], "standby": False}
+    diagnosis = diagnose(_seen(storage_class_name="sc", storage_class=SC, operator=state))
+    assert diagnosis.blocker == "provisioner-unserved"
+
+
 def test_failed_attempts_are_said_once() -> None:
     failed = {
         "type": "Warning",

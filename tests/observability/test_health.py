@@ -144,6 +144,8 @@ async def test_not_ready_before_the_driver_is_connected() -> None:
             async with session.get(server.url + "/healthz") as response:
                 assert response.status == 200
                 assert "[+]driver connecting" in await response.text()
+            async with session.get(server.url + "/debug/objects/pvc/default/data") as response:
+                assert (await response.json())["starting"] == CONNECTING  # serves nothing yet
             async with session.get(server.url + "/nowhere") as response:
                 assert response.status == 404
     finally:

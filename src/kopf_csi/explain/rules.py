@@ -332,6 +332,13 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
             live.append(lease)
     if live or served is True:
         return
+    starting = (seen.operator or {}).get("starting")
+    if starting:
+        raise walk.progressing(
+            "operator-starting",
+            f"the operator asked is still starting ({starting}): it serves nothing yet",
+            "wait for it to be ready (its /readyz); if it stays at one step, its log says why",
+        )
     unleased = _event_after_leases(seen)
     if unleased is not None:
         walk.fact(
