@@ -459,7 +459,8 @@ default when neither is. Worker counts are not shared: `--worker-threads` is the
 (Go: 100), `--attacher-worker-threads` the attacher's (Go: 10).
 
 Handler modules run under a bare `kopf run` (no `kopf-csi`) read the same variables, with the
-same parsers and errors (`kopf_csi.flags.from_env()`).
+same parsers and errors (`kopf_csi.flags.from_env()`); a bad value fails the start-up handlers
+permanently, and kopf exits with its report of them (not a retry every minute).
 """
 
 

@@ -19,7 +19,7 @@ import structlog
 
 from kopf_csi import flags, heap, kube, leadership, logs
 from kopf_csi.caches import Caches
-from kopf_csi.settings import Settings
+from kopf_csi.settings import Settings, SettingsError
 
 __all__ = [
     "ANNOTATIONS_PREFIX",
@@ -106,7 +106,12 @@ def settings_from_memo(memo: Any) -> Settings:
     settings = getattr(memo, "settings", None)
     if isinstance(settings, Settings):
         return settings
-    settings = flags.from_env(os.environ)
+    try:
+        settings = flags.from_env(os.environ)
+    except SettingsError as exc:
+        # A bad variable is final, as a bad flag is for `kopf-csi run` (exit code 2): kopf would
+        # retry the start-up handler with the same value every minute, for ever.
+        raise kopf.PermanentError(str(exc)) from None
     memo.settings = settings
     return settings
 
