@@ -127,8 +127,8 @@ def test_a_lease_left_from_before_is_outweighed_by_newer_provisioner_events(
     assert diagnosis.blocker == blocker, diagnosis
     if blocker == "createvolume-failed":
         assert any(
-            "came after the Lease's last renewal: an operator serves d.example.com without"
-            " leader election" in fact
+            fact == "event ProvisioningFailed (10s ago) is newer than the Lease's last renewal:"
+            " an operator serves d.example.com without leader election"
             for fact in diagnosis.evidence
         ), diagnosis.evidence
 

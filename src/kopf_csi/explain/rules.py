@@ -341,9 +341,10 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
         )
     unleased = _event_after_leases(seen)
     if unleased is not None:
+        when = _ago(_age(seen, _event_time(unleased)))
         walk.fact(
-            f"{_event_line(seen, unleased)} came after the Lease's last renewal: an operator"
-            f" serves {provisioner} without leader election"
+            f"event {unleased.get('reason')} ({when}) is newer than the Lease's last renewal:"
+            f" an operator serves {provisioner} without leader election"
         )
         return
     if seen.leases:
