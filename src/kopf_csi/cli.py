@@ -78,7 +78,8 @@ _RUN_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--no-default-modules",), {
         "action": "store_true",
         "help": "Load only the -m modules, not the defaults"
-                f" ({', '.join(modules.DEFAULT_MODULES)}).",
+                f" ({', '.join(modules.DEFAULT_MODULES)}); kopf_csi_handlers.lifecycle (the API"
+                " login, the CSI driver, the caches) must be among them.",
     }),
     (("--log-level",), {
         "type": str.upper, "choices": LOG_LEVELS, "default": None,
@@ -248,7 +249,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import kopf  # late: `kopf-csi docs` and `--help` need none of kopf's start-up cost
     import structlog
 
-    from kopf_csi import logs
+    from kopf_csi import logs, runtime
 
     resolved = flags.resolve(_given(args), env)
     _check_kubeconfig(resolved)
@@ -265,6 +266,11 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except Exception:
         log.exception("module_failed_to_load", modules=names)
         return 1
+    if not runtime.logs_in(registry):
+        raise UsageError(
+            "no handler module logs in to Kubernetes: add -m kopf_csi_handlers.lifecycle"
+            " (the API login, the CSI driver and the caches) to --no-default-modules"
+        )
     log.info("operator_starting", modules=names, settings_given=sorted(resolved.sources))
     return _operate(registry, resolved.settings, liveness=liveness)
 
@@ -453,7 +459,8 @@ default when neither is. Worker counts are not shared: `--worker-threads` is the
 (Go: 100), `--attacher-worker-threads` the attacher's (Go: 10).
 
 Handler modules run under a bare `kopf run` (no `kopf-csi`) read the same variables, with the
-same parsers and errors (`kopf_csi.flags.from_env()`).
+same parsers and errors (`kopf_csi.flags.from_env()`); a bad value fails the start-up handlers
+permanently, and kopf exits with its report of them (not a retry every minute).
 """
 
 

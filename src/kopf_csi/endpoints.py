@@ -7,8 +7,10 @@ Paths (constants in `kopf_csi.names`):
   exit when the driver goes away; we fail liveness instead, so the kubelet restarts us while the
   driver is down, see docs/operations.md), and every check in `memo.health_checks` must pass.
 - `/readyz`: readiness: the driver answered at start-up and the caches are primed
-  (`memo.driver` is set, which `kopf_csi_handlers.lifecycle` does last), or this replica is a
-  connected standby waiting for its Leases (so that a rolling update does not wait for it to lead).
+  (`memo.driver` is set, which `kopf_csi_handlers.lifecycle` does last; with `--no-csi`,
+  `memo.without_driver`), or this replica is a connected standby waiting for its Leases (so
+  that a rolling update does not wait for it to lead). Until then it names the step of
+  start-up it is at (`readiness`).
 - `/healthz/leader-election`: csi-lib-utils' path: 200 `ok` unless the `leader-election` check
   fails (the election's watchdog: a leader that has not renewed its lease in time).
 - `/debug/objects/<kind>/[<namespace>/]<name>`: read-only, what this operator knows of one
@@ -41,6 +43,7 @@ __all__ = [
     "HealthCheck",
     "health_checks",
     "parse_endpoint",
+    "readiness",
 ]
 
 log = structlog.get_logger("kopf_csi.endpoints")
@@ -146,12 +149,10 @@ class Endpoints:
         return web.Response(text="\n".join(lines) + "\n", status=200 if healthy else 500)
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        if getattr(self.memo, "driver", None) is not None:
-            return web.Response(text="ok")
-        if runtime.is_standby(self.memo):
-            # Ready to take over: a rolling update must not wait for a standby to lead.
-            return web.Response(text="ok: standby, another replica leads\n")
-        return web.Response(text="not ready: connecting to the CSI driver\n", status=500)
+        ready, text = readiness(self.memo)
+        if ready:
+            return web.Response(text=text if text == "ok" else f"{text}\n")
+        return web.Response(text=f"{text}\n", status=500)
 
     async def _leader_election(self, _: web.Request) -> web.Response:
         check = health_checks(self.memo).get(LEADER_ELECTION_CHECK)
@@ -177,11 +178,16 @@ class Endpoints:
         state = introspection.object_state(
             self.memo, found.kind, found.namespace, found.name, request.query.get("uid")
         )
+        ready, step = readiness(self.memo)
+        if not ready:
+            state["starting"] = step  # serves nothing yet: not "does not serve"
         return web.json_response(state)
 
     async def _probe_driver(self) -> CheckResult:
         client: CSIClient | None = getattr(self.memo, "csi", None)
         if client is None:
+            if getattr(self.memo, "without_driver", False):
+                return True, "off (--no-csi)"
             # Start-up has a deadline of its own (`--csi-connect-timeout`): then the process ends.
             return True, "connecting"
         try:
@@ -192,6 +198,24 @@ class Endpoints:
             # As kubernetes-csi/livenessprobe judges a driver: answering "not ready" fails.
             return False, "failed: the CSI driver answers Probe with ready=false"
         return True, "ok"
+
+
+def readiness(memo: Any) -> CheckResult:
+    """`/readyz`'s answer from how far `lifecycle.connect` got (it sets `memo.csi` once the
+    driver answered, `memo.api` once logged in, then primes the caches and sets `memo.driver`,
+    or with `--no-csi` `memo.without_driver`): ready, or the step start-up is at."""
+    if getattr(memo, "driver", None) is not None:
+        return True, "ok"
+    if getattr(memo, "without_driver", False):
+        return True, "ok: no CSI driver (--no-csi)"
+    if runtime.is_standby(memo):
+        # Ready to take over: a rolling update must not wait for a standby to lead.
+        return True, "ok: standby, another replica leads"
+    if getattr(memo, "api", None) is not None:
+        return False, "not ready: priming the caches from the Kubernetes API"
+    if getattr(memo, "csi", None) is not None:
+        return False, "not ready: logging in to Kubernetes (the CSI driver answered)"
+    return False, "not ready: connecting to the CSI driver"
 
 
 async def _run_check(check: HealthCheck) -> CheckResult:

@@ -61,6 +61,7 @@ from kopf_csi.leases import (
     Role,
     duration_seconds,
     format_microtime,
+    holders_text,
     is_expired,
     is_free,
     is_ours,
@@ -165,6 +166,17 @@ class Candidate:
         except API_ERRORS as exc:
             log.warning("lease_attempt_failed", lease=self.name, error=str(exc) or repr(exc))
         return False
+
+    async def look(self, *, timeout: float) -> None:
+        """Read the Lease and observe its record, writing nothing (a standby watching a Lease
+        it does not try for yet); a failure only leaves the last observation as it was."""
+        try:
+            async with asyncio.timeout(max(timeout, 0.001)):
+                await self._read()
+        except TimeoutError:
+            log.warning("lease_read_timed_out", lease=self.name, timeout=timeout)
+        except API_ERRORS as exc:
+            log.warning("lease_read_failed", lease=self.name, error=str(exc) or repr(exc))
 
     async def _try(self) -> bool:
         if self.held and self.lease is not None:
@@ -362,9 +374,19 @@ class Elector:
         await self._post(names.LEASE_EVENT_BECAME_LEADER)
 
     async def _round(self) -> bool:
-        """One attempt at each Lease, in order, stopping at the first we cannot have."""
-        for candidate in self.candidates:
+        """One attempt at each Lease, in order, up to the first we cannot have.
+
+        The Leases after that one are only read, all at once and within one retry period: their
+        records are observed, so that their expiry is being timed meanwhile. After a leader's
+        crash (no release), all of its Leases then expire together, one lease duration after
+        it stopped, not one lease duration after another (75 s for five roles).
+        """
+        for index, candidate in enumerate(self.candidates):
             if not await candidate.attempt(timeout=self.config.renew_deadline):
+                later = self.candidates[index + 1 :]
+                if later:
+                    timeout = self.config.retry_period
+                    await asyncio.gather(*(c.look(timeout=timeout) for c in later))
                 return False
         return True
 
@@ -439,8 +461,7 @@ class Elector:
     def check(self) -> tuple[bool, str]:
         """Health (`memo.health_checks["leader-election"]`): False when renewals are overdue."""
         if not self.is_leader and self.lost is None:
-            waiting = {k: v for k, v in self.holders.items() if v != self.identity}
-            return True, f"standby as {self.identity}, waiting for {waiting or self.leases}"
+            return True, f"standby as {self.identity}: {holders_text(self.holders)}"
         now = self.clock()
         for candidate in self.candidates:
             if is_renewal_overdue(
@@ -465,7 +486,11 @@ class Elector:
         holders = self.holders
         if holders != self._holders_logged:
             self._holders_logged = holders
-            log.info("leader_election_waiting", identity=self.identity, holders=holders)
+            log.info(
+                "leader_election_waiting", identity=self.identity,
+                holders={name: holder for name, holder in holders.items() if holder is not None},
+                not_seen=[name for name, holder in holders.items() if holder is None],
+            )  # fmt: skip
 
     async def _post(self, template: str) -> None:
         """client-go's LeaseLock `RecordEvent`: a Normal event on each Lease (best effort).

@@ -10,6 +10,8 @@ What lives here decides, from values alone, without touching the API or the cloc
 - expiry by the observer's own clock (`Observation`, client-go's `observedTime`: a record
   unchanged for its `leaseDurationSeconds` has expired, so clock skew does not matter), who
   may acquire, the record to write to acquire, renew, take over or release, and the watchdog;
+- how a replica's view of the holders reads to a person (`holders_text`: the health check's
+  detail, explain's line about the operator);
 - what a write's answer tells (`is_refused`: a 4xx was not applied; no answer or a 5xx leaves
   the write in doubt) and how often a write beaten by another one is tried again at once
   (`CONFLICT_RETRIES`).
@@ -39,6 +41,7 @@ __all__ = [
     "Role",
     "duration_seconds",
     "format_microtime",
+    "holders_text",
     "is_expired",
     "is_free",
     "is_ours",
@@ -270,3 +273,17 @@ def is_renewal_overdue(
 ) -> bool:
     """The watchdog: a leader that has not renewed for its lease duration plus the tolerance."""
     return renewed_at is not None and now - renewed_at > lease_duration + tolerance
+
+
+def holders_text(holders: Mapping[str, str | None]) -> str:
+    """Who holds which Lease, as a replica last saw them (`Elector.holders`: "" free, None no
+    record seen), grouped by holder: `held by vm: a, b; not seen yet: c`.
+
+    A Lease whose record the replica has not seen (none exists yet, or reading it failed) is
+    said to be so, never to be free or held by nobody.
+    """
+    groups: dict[str, list[str]] = {}
+    for name, holder in holders.items():
+        key = "not seen yet" if holder is None else f"held by {holder}" if holder else "free"
+        groups.setdefault(key, []).append(name)
+    return "; ".join(f"{key}: {', '.join(leases)}" for key, leases in groups.items())

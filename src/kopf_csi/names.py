@@ -198,6 +198,9 @@ MESSAGE_PV_FINALIZER_FAILED: Final = "could not add PersistentVolume finalizer: 
 MESSAGE_VA_SAVE_FAILED: Final = "could not save VolumeAttachment: {error}"
 MESSAGE_SECRET_LOAD_FAILED: Final = 'failed to load secret "{namespace}/{name}": {error}'
 MESSAGE_CSINODE_WITHOUT_DRIVER: Final = "CSINode {node} does not contain driver {driver}"
+MESSAGE_NO_TOPOLOGY: Final = "no available topology found"
+"""external-provisioner's error (`topology.go`) for a claim without a selected node when no
+CSINode lists the driver with topology keys, or no node carries those keys as labels."""
 MESSAGE_PV_NOT_FOUND: Final = 'persistentvolume "{volume}" not found'
 """A lister's NotFound (client-go `errors.NewNotFound`), as the PV and CSINode lookups fail."""
 MESSAGE_CSINODE_NOT_FOUND: Final = 'csinode.storage.k8s.io "{node}" not found'

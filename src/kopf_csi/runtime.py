@@ -19,7 +19,7 @@ import structlog
 
 from kopf_csi import flags, heap, kube, leadership, logs
 from kopf_csi.caches import Caches
-from kopf_csi.settings import Settings
+from kopf_csi.settings import Settings, SettingsError
 
 __all__ = [
     "ANNOTATIONS_PREFIX",
@@ -36,6 +36,7 @@ __all__ = [
     "is_standby",
     "is_started",
     "lead",
+    "logs_in",
     "mark_started",
     "notify",
     "request_stop",
@@ -105,7 +106,12 @@ def settings_from_memo(memo: Any) -> Settings:
     settings = getattr(memo, "settings", None)
     if isinstance(settings, Settings):
         return settings
-    settings = flags.from_env(os.environ)
+    try:
+        settings = flags.from_env(os.environ)
+    except SettingsError as exc:
+        # A bad variable is final, as a bad flag is for `kopf-csi run` (exit code 2): kopf would
+        # retry the start-up handler with the same value every minute, for ever.
+        raise kopf.PermanentError(str(exc)) from None
     memo.settings = settings
     return settings
 
@@ -317,8 +323,18 @@ def is_standby(memo: Any) -> bool:
 def startup_handler_ids(memo: Any) -> frozenset[str]:
     """The ids of the loaded start-up handlers: which controllers run (kopf private API)."""
     registry = getattr(memo, "registry", None) or kopf.get_default_registry()
-    handlers = registry._activities.get_all_handlers()
-    return frozenset(str(h.id) for h in handlers if getattr(h.activity, "value", None) == "startup")
+    return _activity_handler_ids(registry, "startup")
+
+
+def logs_in(registry: Any) -> bool:
+    """Some loaded module has a login handler (`kopf_csi_handlers.lifecycle` has ours). Without
+    one, kopf cannot reach the API at all: its own logins need client libraries we do not use."""
+    return bool(_activity_handler_ids(registry, "authentication"))
+
+
+def _activity_handler_ids(registry: Any, activity: str) -> frozenset[str]:
+    handlers = registry._activities.get_all_handlers()  # kopf private API
+    return frozenset(str(h.id) for h in handlers if getattr(h.activity, "value", None) == activity)
 
 
 async def lead(memo: Any, *, driver_name: str) -> None:

@@ -2,7 +2,8 @@
 
 kopf's command line configures stdlib logging before it loads the modules; our structlog
 records then go through kopf's handler (`logs.follow_kopf`): every line in kopf's format, and
-our debug lines (`csi_request`, per CSI call) only with `--verbose`.
+our debug lines (`csi_request`, per CSI call) only with `--verbose`. A bad `KOPF_CSI_` value
+stops it, as a bad flag stops `kopf-csi run`.
 """
 
 from __future__ import annotations
@@ -67,3 +68,24 @@ async def test_one_format_and_kopfs_level(
     else:
         assert not [line for line in lines if "[DEBUG" in line], lines
         assert not csi_requests, ours
+
+
+async def test_a_bad_variable_stops_kopf_run(tmp_path: pathlib.Path) -> None:
+    """A bad `KOPF_CSI_` value under `kopf run` is final (said, then the process exits), as a
+    bad flag is for `kopf-csi run`: kopf would retry the start-up handler every minute."""
+    env = kopf_run_environment(tmp_path / "kubeconfig", tmp_path / "csi.sock")
+    env["KOPF_CSI_TIMEOUT"] = "soon"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
+        "-m", "kopf_csi_handlers.lifecycle", env=env, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), 50)
+    finally:
+        if process.returncode is None:
+            process.kill()
+    text = output.decode()
+    assert process.returncode not in (0, None), text[-3000:]
+    assert "failed permanently: KOPF_CSI_TIMEOUT='soon' is not a duration" in text, text[-3000:]
+    assert "will try again" not in text, text[-3000:]

@@ -6,7 +6,8 @@ We test these aspects:
 - SIGTERM stops it cleanly, with exit code 0;
 - `--no-csi` with the hostdir example's file (`-m handlers/examples/hostdir_provisioner.py`):
   a claim is provisioned with no driver anywhere;
-- a bad value or an unknown module: exit code 2, one line on stderr, no traceback;
+- a bad value, an unknown module, or modules without a login handler (`--no-default-modules`
+  without `kopf_csi_handlers.lifecycle`): exit code 2, one line on stderr, no traceback;
 - an operator that cannot start (no driver at the address; no way to log in): exit code 1,
   the reason logged once, in one line naming the socket (or the login) and the cause;
 - SIGTERM stops an idle operator at once (not after kopf's 5 s for a "hung" task);
@@ -117,11 +118,15 @@ async def test_run_provisions_a_claim_and_stops_on_sigterm(
         pytest.param(["-m", "missing/handlers.py"], "no such handler file: 'missing/handlers.py'",
                      id="unknown-file"),
         pytest.param(["--strict-topolgy"], "did you mean --strict-topology?", id="unknown-flag"),
+        pytest.param(["--no-default-modules", "-m", "./no_login.py"],
+                     "no handler module logs in to Kubernetes: add -m kopf_csi_handlers.lifecycle",
+                     id="no-login"),  # kopf would fail later with a traceback of its own
     ],
 )  # fmt: skip
 async def test_bad_input_exits_2_with_one_line(
     args: list[str], message: str, tmp_path: pathlib.Path
 ) -> None:
+    (tmp_path / "no_login.py").write_text(NO_LOGIN_MODULE)
     process = await _kopf_csi("run", *args, env=_environment(), cwd=tmp_path)
     stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 2
@@ -199,6 +204,18 @@ STOPPING_MODULE = textwrap.dedent(
     @kopf.on.startup(id="user.stop")
     async def stop(memo, **_):
         runtime.request_stop(memo, "told to stop")
+    """
+)
+
+
+NO_LOGIN_MODULE = textwrap.dedent(
+    """
+    import kopf
+
+
+    @kopf.on.startup(id="user.hello")
+    async def hello(**_):
+        pass
     """
 )
 

@@ -52,9 +52,8 @@ async def test_the_operator_adds_its_queue_state_and_last_error(
         for line in evidence
     ), evidence
     assert f"operator: serves {names.LEASE_PREFIX_PROVISIONER}hostpath.csi.kopf.dev" in evidence
-    assert any(
-        line.startswith(f"operator: replica {IDENTITY} sees the Leases") for line in evidence
-    )
+    leases = f"operator: replica {IDENTITY}, leading, sees its Leases held by {IDENTITY}: "
+    assert any(line.startswith(leases) for line in evidence), evidence
 
     status, state = await _get(f"{operator_url}/debug/objects/pvc/default/data")
     assert status == 200

@@ -74,6 +74,13 @@ async def test_a_wrong_name_is_one_clear_line(
     assert run.code == 2
     assert len(run.stderr.splitlines()) == 1
     assert "cannot explain 'pods'" in run.stderr
+    # One object at a time: two targets are not "pvc/default/nothing/pv/x".
+    run = await run_explain("pvc/default/nothing", "pv/x", "--kubeconfig", str(kubeconfig))
+    assert run.code == 2
+    assert run.stderr == (
+        "kopf-csi explain: error: one object at a time: KIND/[NAMESPACE/]NAME, or KIND NAME"
+        " (given: pvc/default/nothing pv/x)\n"
+    )
 
 
 async def test_a_missing_kubeconfig_is_one_clear_line(tmp_path: pathlib.Path) -> None:

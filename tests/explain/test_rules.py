@@ -96,6 +96,43 @@ def test_claim_rules(fields: dict[str, Any], blocker: str) -> None:
     assert diagnose(_seen(**fields)).blocker == blocker
 
 
+RELEASED = {**LIVE, "spec": {"holderIdentity": "", "leaseDurationSeconds": 1,
+                              "renewTime": "2026-01-01T11:55:00.000000Z"}}  # fmt: skip
+STOPPED = {**LIVE, "spec": {**LIVE["spec"], "renewTime": "2026-01-01T11:55:00.000000Z"}}
+
+
+def _provisioner_event(at: str) -> dict[str, Any]:
+    return {"type": "Warning", "reason": "ProvisioningFailed", "lastTimestamp": at,
+            "message": "rpc error: code = Internal desc = pool offline"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("lease", "event_at", "blocker"),
+    [
+        # An operator without --leader-election beside a Lease left from an earlier run.
+        (RELEASED, "2026-01-01T11:59:50Z", "createvolume-failed"),
+        (STOPPED, "2026-01-01T11:59:50Z", "createvolume-failed"),
+        # Events from before the release, or from the stopped holder's last seconds: no proof.
+        (RELEASED, "2026-01-01T11:54:00Z", "lease-free"),
+        (STOPPED, "2026-01-01T11:55:10Z", "lease-stale"),
+    ],
+)
+def test_a_lease_left_from_before_is_outweighed_by_newer_provisioner_events(
+    lease: dict[str, Any], event_at: str, blocker: str
+) -> None:
+    events = [_provisioner_event(event_at)]
+    diagnosis = diagnose(
+        _seen(storage_class_name="sc", storage_class=SC, leases=[lease], events=events)
+    )
+    assert diagnosis.blocker == blocker, diagnosis
+    if blocker == "createvolume-failed":
+        assert any(
+            fact == "event ProvisioningFailed (10s ago) is newer than the Lease's last renewal:"
+            " an operator serves d.example.com without leader election"
+            for fact in diagnosis.evidence
+        ), diagnosis.evidence
+
+
 def test_a_live_lease_is_evidence_and_a_bound_claim_is_healthy() -> None:
     bound = _claim(volumeName="pv")
     bound["status"] = {"phase": "Bound"}
@@ -169,6 +206,75 @@ def test_a_call_in_flight_is_the_verdict_and_a_fact() -> None:
     state = {"queues": [{"queue": "claims", "processing_for": 2.0, "processing": True}]}
     diagnosis = diagnose(_seen(**PROVISIONING, operator=state))
     assert diagnosis.summary == "being worked on: the operator has been on it for 2.0s"
+
+
+@pytest.mark.parametrize(
+    ("state", "line"),
+    [
+        (
+            {"standby": False, "identity": "r1", "leases": {"d-example-com": "r1", "att": "r1"}},
+            "operator: replica r1, leading, sees its Leases held by r1: d-example-com, att",
+        ),
+        (  # an older operator's standby, which did not read the Leases after the first
+            {"standby": True, "identity": "r2", "leases": {"d-example-com": "r1", "att": None}},
+            "operator: replica r2, a standby, sees its Leases held by r1: d-example-com;"
+            " not seen yet: att",
+        ),
+    ],
+)
+def test_the_operators_leases_are_said_as_it_saw_them(state: dict[str, Any], line: str) -> None:
+    diagnosis = diagnose(_seen(**PROVISIONING, operator=state))
+    assert line in diagnosis.evidence
+    assert not any("nobody" in fact for fact in diagnosis.evidence), diagnosis.evidence
+
+
+def test_an_operator_still_starting_is_not_one_that_does_not_serve() -> None:
+    starting = "not ready: priming the caches from the Kubernetes API"
+    state = {"provisioners": [], "standby": False, "starting": starting}
+    diagnosis = diagnose(_seen(storage_class_name="sc", storage_class=SC, operator=state))
+    assert diagnosis.blocker == "operator-starting"
+    assert diagnosis.state is State.PROGRESSING
+    assert (
+        diagnosis.summary
+        == f"the operator asked is still starting ({starting}): it serves nothing yet"
+    )
+    # Ready, and not serving the class: it does not serve it.
+    state = {"provisioners": ["other.example.com"], "standby": False}
+    diagnosis = diagnose(_seen(storage_class_name="sc", storage_class=SC, operator=state))
+    assert diagnosis.blocker == "provisioner-unserved"
+
+
+def test_failed_attempts_are_said_once() -> None:
+    failed = {
+        "type": "Warning",
+        "reason": "ProvisioningFailed",
+        "count": 3,
+        "lastTimestamp": "2026-01-01T11:59:50Z",
+        "message": "failed to get target node: the cache is not synced",
+    }
+    state = {"queues": [{"queue": "claims", "failures": 3, "next_retry_in": 4.0}]}
+    diagnosis = diagnose(_seen(**PROVISIONING, events=[failed], operator=state))
+    assert diagnosis.blocker == "provisioning-failed"
+    assert [fact for fact in diagnosis.evidence if "failed attempts" in fact] == [
+        "operator: in its claims queue, next retry in 4.0s, 3 failed attempts"
+    ]  # fmt: skip
+
+
+def test_no_available_topology_points_at_the_node_plugin() -> None:
+    failed = {
+        "type": "Warning",
+        "reason": "ProvisioningFailed",
+        "lastTimestamp": "2026-01-01T11:59:50Z",
+        "message": "error generating accessibility requirements: no available topology found",
+    }
+    diagnosis = diagnose(_seen(**PROVISIONING, events=[failed]))
+    assert diagnosis.blocker == "no-topology"
+    assert diagnosis.summary == (
+        "no node offers a topology for d.example.com: error generating accessibility"
+        " requirements: no available topology found"
+    )
+    assert "start the driver's node plugin" in diagnosis.next_steps[0]
+    assert "kubectl get csinodes -o yaml" in diagnosis.next_steps[0]
 
 
 def _limit(last_delay: float, last_ago: float) -> dict[str, Any]:

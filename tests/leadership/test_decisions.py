@@ -10,6 +10,7 @@ We test these aspects:
   (transitions + 1), taking a released Lease; the released record, only while it is ours;
 - which answers leave a write in doubt (none, a 5xx) and which refuse it (a 4xx, a 409 above all);
 - the watchdog: overdue only for a leader past its duration plus the tolerance;
+- the holders as a person reads them: a Lease whose record was not seen is so, never free;
 - the settings checks client-go makes; the written duration (rounded up);
 - which roles run, from the loaded start-up handlers and the settings.
 """
@@ -243,6 +244,23 @@ def test_renewal_overdue(renewed_at: float | None, now: float, overdue: bool) ->
 
 
 # -- settings ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("holders", "text"),
+    [
+        pytest.param({"a": ME, "b": ME}, f"held by {ME}: a, b", id="leading"),
+        pytest.param(
+            {"a": OTHER, "b": None, "c": None},
+            f"held by {OTHER}: a; not seen yet: b, c",
+            id="standby-with-leases-not-seen",
+        ),
+        pytest.param({"a": ME, "b": "", "c": OTHER}, f"held by {ME}: a; free: b; held by"
+                     f" {OTHER}: c", id="mixed"),
+    ],
+)  # fmt: skip
+def test_holders_text(holders: dict[str, str | None], text: str) -> None:
+    assert leases.holders_text(holders) == text
 
 
 def test_go_defaults_are_valid() -> None:

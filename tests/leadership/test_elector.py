@@ -9,6 +9,8 @@ We test these aspects:
   when the API cannot be reached at all (no answer: the renewal loop must not die of it);
 - another holder appearing in the record: leadership is given up at the next renewal;
 - releasing: no holder, 1 s, transitions kept; the next candidate takes it at once;
+- a standby reads the Leases after the first it cannot have: after a crash of the leader, all
+  of them expire for it within one lease duration, not one after another;
 - a stop lets the renewal in flight finish, then releases from its answer (no 409);
 - a release that meets a 409 reads the Lease again and releases it while it is still ours, a
   bounded number of times; a write whose answer was lost (applied all the same) is released
@@ -267,6 +269,29 @@ async def test_release_lets_the_next_candidate_take_over_at_once(
     assert taken["holderIdentity"] == "replica-b"
     assert taken["leaseTransitions"] == 1
     assert taken["leaseDurationSeconds"] == 2
+
+
+async def test_a_crashed_leaders_leases_expire_together_for_a_standby(
+    cluster: EmulatedCluster, api: kube.KubeClient, electors: list[Elector]
+) -> None:
+    """Every Lease after the first it cannot have is read (not written) each round, so its
+    expiry is timed from the start: after a crash, all expire within one lease duration."""
+    names = (LEASE, "external-attacher-leader-hostpath-csi-kopf-dev", "external-resizer-x")
+    now = [1000.0]
+    a = make(api, "replica-a", leases=names)
+    b = make(api, "replica-b", leases=names, clock=lambda: now[0])
+    electors.extend([a, b])
+    await a.acquire()  # and never renews: it crashed
+    waiting = asyncio.create_task(b.acquire())
+    try:
+        await until(lambda: b.holders == dict.fromkeys(names, "replica-a"))
+        assert b.check() == (True, f"standby as replica-b: held by replica-a: {', '.join(names)}")
+        now[0] += FAST.lease_duration + 0.1  # the clock moves once, and only once
+        await asyncio.wait_for(asyncio.shield(waiting), 10 * FAST.retry_period + 2.0)
+    finally:
+        waiting.cancel()
+    assert b.is_leader
+    assert {spec(cluster, name)["holderIdentity"] for name in names} == {"replica-b"}
 
 
 async def test_release_writes_client_gos_released_record(

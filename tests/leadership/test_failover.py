@@ -378,6 +378,8 @@ async def test_a_standby_is_healthy_over_http(
                 text = await response.text()
                 assert response.status == 200, text
                 assert "[+]leader-election ok: standby as replica-a" in text
+                assert f"held by csi-provisioner-go-0: {PROVISIONER_LEASE}" in text
+                assert "None" not in text
             async with session.get(f"http://{address}/healthz/leader-election") as response:
                 assert response.status == 200
                 assert await response.text() == "ok"

@@ -6,7 +6,9 @@ We test these aspects:
 - a failing or raising entry of `memo.health_checks` turns `/healthz` red;
 - `/healthz/leader-election` answers as csi-lib-utils' does: 200 `ok`, 500 while the
   `leader-election` check fails;
-- `/readyz` is red until the driver is connected and the caches primed;
+- `/readyz` is red until the driver is connected and the caches primed, and names the step of
+  start-up it waits for; with `--no-csi` it is green once the caches are primed, and `/healthz`
+  says the driver is off;
 - `--http-endpoint` values are parsed as Go's `host:port`.
 """
 
@@ -18,7 +20,7 @@ import pytest
 
 from kopf_csi.csi.codes import Code
 from kopf_csi.driver import Driver
-from kopf_csi.endpoints import LEADER_ELECTION_CHECK, Endpoints, parse_endpoint
+from kopf_csi.endpoints import LEADER_ELECTION_CHECK, Endpoints, parse_endpoint, readiness
 from kopf_csi.metrics import Metrics
 from kopf_csi.testing.operator import OperatorThread
 
@@ -142,8 +144,53 @@ async def test_not_ready_before_the_driver_is_connected() -> None:
             async with session.get(server.url + "/healthz") as response:
                 assert response.status == 200
                 assert "[+]driver connecting" in await response.text()
+            async with session.get(server.url + "/debug/objects/pvc/default/data") as response:
+                assert (await response.json())["starting"] == CONNECTING  # serves nothing yet
             async with session.get(server.url + "/nowhere") as response:
                 assert response.status == 404
+    finally:
+        await server.stop()
+
+
+CONNECTING = "not ready: connecting to the CSI driver"
+LOGGING_IN = "not ready: logging in to Kubernetes (the CSI driver answered)"
+PRIMING = "not ready: priming the caches from the Kubernetes API"
+NO_CSI = "ok: no CSI driver (--no-csi)"
+
+
+@pytest.mark.parametrize(
+    ("stage", "answer"),
+    [
+        ({}, (False, CONNECTING)),
+        ({"csi": object()}, (False, LOGGING_IN)),
+        ({"csi": object(), "api": object()}, (False, PRIMING)),
+        ({"csi": object(), "api": object(), "driver": object()}, (True, "ok")),
+        # --no-csi: no driver ever; ready once the caches are primed.
+        ({"csi": None, "api": object()}, (False, PRIMING)),
+        ({"csi": None, "api": object(), "without_driver": True}, (True, NO_CSI)),
+    ],
+)  # fmt: skip
+def test_readiness_names_the_step_of_start_up(
+    stage: dict[str, object], answer: tuple[bool, str]
+) -> None:
+    assert readiness(kopf.Memo(stage)) == answer
+
+
+async def test_without_a_driver_the_operator_is_ready_and_alive() -> None:
+    """`--no-csi` (provisioners of handler modules only): ready, and no driver to probe."""
+    memo = kopf.Memo(csi=None, without_driver=True)
+    server = Endpoints(
+        endpoint="127.0.0.1:0", metrics_path="/metrics", metrics=Metrics(), memo=memo
+    )
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(server.url + "/readyz") as response:
+                assert response.status == 200
+                assert await response.text() == "ok: no CSI driver (--no-csi)\n"
+            async with session.get(server.url + "/healthz") as response:
+                assert response.status == 200
+                assert "[+]driver off (--no-csi)" in await response.text()
     finally:
         await server.stop()
 

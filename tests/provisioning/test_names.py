@@ -90,6 +90,7 @@ PINNED = {
         "Volume provisioning failed with infeasible error. Retries will be delayed. {error}"
     ),
     "MESSAGE_TARGET_NODE_FAILED": "failed to get target node: {error}",
+    "MESSAGE_NO_TOPOLOGY": "no available topology found",
     "MESSAGE_RESCHEDULE_FAILED": (
         "delete annotation 'annSelectedNode' for PersistentVolumeClaim \"{claim}\": {error}"
     ),

@@ -31,10 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """explain's arguments, on `kopf-csi explain` and on `kubectl-csi explain`."""
     parser.add_argument(
         "target",
-        nargs="+",
         metavar="KIND/[NAMESPACE/]NAME",
-        help="what to explain: pvc, pv, va, vs, vsc or vgs (kubectl's names work too),"
-        " like pvc/default/data; `pvc data -n default` works too",
+        help="what to explain (one object): pvc, pv, va, vs, vsc or vgs (kubectl's names work"
+        " too), like pvc/default/data",
+    )
+    parser.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="the name after a bare KIND, kubectl's way: `pvc data -n default`",
     )
     parser.add_argument("-n", "--namespace", help="the namespace when TARGET names none")
     parser.add_argument("--kubeconfig", help="the kubeconfig (else $KUBECONFIG, ~/.kube/config)")
@@ -58,7 +63,12 @@ async def explain(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[int
     """The exit code and the output (text or JSON) for parsed arguments."""
     from kopf_csi.explain import reading, rendering, rules  # late: `kopf-csi --help` stays quick
 
-    text = args.target[0] if len(args.target) == 1 else "/".join(args.target)
+    text = args.target if args.name is None else f"{args.target}/{args.name}"
+    if args.name is not None and "/" in args.target:
+        raise ExplainError(
+            f"one object at a time: KIND/[NAMESPACE/]NAME, or KIND NAME (given: {args.target}"
+            f" {args.name})"
+        )
     try:
         target = parse_target(text, default_namespace=args.namespace)
     except TargetError as exc:

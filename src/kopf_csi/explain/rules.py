@@ -12,13 +12,14 @@ that names or holds a secret (`csi.storage.k8s.io/*secret*`).
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kopf_csi import names
 from kopf_csi.explain.observed import Body, Diagnosis, Observed, State
-from kopf_csi.leases import parse_microtime
+from kopf_csi.leases import holders_text, parse_microtime
 from kopf_csi.provisioning.quantities import parse_quantity
 
 __all__ = ["diagnose", "grpc_code", "is_secret_parameter"]
@@ -149,13 +150,18 @@ def _event_line(seen: Observed, event: Mapping[str, Any]) -> str:
     return f"event {event.get('reason')} ({when}{times}): {event.get('message', '')}"
 
 
-def _has_events_from_provisioner(seen: Observed) -> bool:
-    ours = {
+_PROVISIONER_REASONS = frozenset(
+    {
         names.REASON_PROVISIONING,
         names.REASON_PROVISIONING_FAILED,
         names.REASON_PROVISIONING_SUCCEEDED,
     }
-    return any(event.get("reason") in ours for event in seen.events)
+)
+"""The reasons of the external provisioner's own events on a claim."""
+
+
+def _has_events_from_provisioner(seen: Observed) -> bool:
+    return any(event.get("reason") in _PROVISIONER_REASONS for event in seen.events)
 
 
 _ROLES = {
@@ -212,8 +218,11 @@ def operator_lines(state: Mapping[str, Any]) -> list[str]:
         )
     leases = state.get("leases")
     if leases:
-        held = ", ".join(f"{name}: {holder or 'nobody'}" for name, holder in leases.items())
-        lines.append(f"operator: replica {state.get('identity')} sees the Leases held by {held}")
+        role = "a standby" if state.get("standby") else "leading"
+        lines.append(
+            f"operator: replica {state.get('identity')}, {role}, sees its Leases"
+            f" {holders_text(leases)}"
+        )
     return lines
 
 
@@ -223,11 +232,6 @@ def _call_text(call: Mapping[str, Any]) -> str:
         f"{call.get('rpc')} in flight for {float(call.get('for') or 0):.1f}s"
         f" (timeout {float(call.get('timeout') or 0):g}s)"
     )
-
-
-def _queue_state(seen: Observed) -> Mapping[str, Any] | None:
-    queues = (seen.operator or {}).get("queues") or []
-    return queues[0] if queues else None
 
 
 # -- PersistentVolumeClaim --------------------------------------------------------------------
@@ -328,6 +332,21 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
             live.append(lease)
     if live or served is True:
         return
+    starting = (seen.operator or {}).get("starting")
+    if starting:
+        raise walk.progressing(
+            "operator-starting",
+            f"the operator asked is still starting ({starting}): it serves nothing yet",
+            "wait for it to be ready (its /readyz); if it stays at one step, its log says why",
+        )
+    unleased = _event_after_leases(seen)
+    if unleased is not None:
+        when = _ago(_age(seen, _event_time(unleased)))
+        walk.fact(
+            f"event {unleased.get('reason')} ({when}) is newer than the Lease's last renewal:"
+            f" an operator serves {provisioner} without leader election"
+        )
+        return
     if seen.leases:
         holders = [str(_spec(lease).get("holderIdentity") or "") for lease in seen.leases]
         holder = next((h for h in holders if h), "")
@@ -361,6 +380,28 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
             "or check the class: its provisioner must be the driver's name"
             " (kubectl get csidrivers)",
         )
+
+
+def _event_after_leases(seen: Observed) -> Body | None:
+    """The provisioner's newest event on the claim when it came a whole lease duration after
+    every Lease's last renewal: an operator works without `--leader-election` beside a Lease
+    left from before (released, or held by a replica that stopped, which stops working within
+    its lease duration), so the Lease says nothing of who serves the class."""
+    ends = []
+    for lease in seen.leases:
+        spec = _spec(lease)
+        renewed = parse_microtime(spec.get("renewTime") or spec.get("acquireTime"))
+        if renewed is None:
+            return None
+        ends.append(
+            renewed + datetime.timedelta(seconds=float(spec.get("leaseDurationSeconds") or 0))
+        )
+    ours = [event for event in seen.events if event.get("reason") in _PROVISIONER_REASONS]
+    if not ends or not ours:
+        return None
+    newest = max(ours, key=_event_time)
+    moment = parse_microtime(_event_time(newest))
+    return newest if moment is not None and moment > max(ends) else None
 
 
 def _served_by_operator(seen: Observed, provisioner: str) -> bool | None:
@@ -582,9 +623,6 @@ def _provisioning_failures(walk: _Walk) -> None:
     walk.fact(_event_line(seen, latest))
     message = str(latest.get("message") or "")
     code = grpc_code(message)
-    queue = _queue_state(seen)
-    if queue and queue.get("failures"):
-        walk.fact(f"operator: {queue['failures']} failed attempts so far")
     if code in IN_PROGRESS_CODES:
         raise walk.blocked(
             "createvolume-transient",
@@ -605,6 +643,16 @@ def _provisioning_failures(walk: _Walk) -> None:
             f"the driver refused CreateVolume ({code}): {message}",
             "fix what the message names (the class's parameters, the claim's size or modes);"
             " retrying alone will not help",
+        )
+    if names.MESSAGE_NO_TOPOLOGY in message:
+        driver = (seen.storage_class or {}).get("provisioner")
+        raise walk.blocked(
+            "no-topology",
+            f"no node offers a topology for {driver}: {message}",
+            "start the driver's node plugin (node-driver-registrar registers it): every CSINode"
+            f" that lists {driver} names its topologyKeys (kubectl get csinodes -o yaml), and"
+            " those nodes carry the keys as labels",
+            "the claim is retried with backoff (up to --retry-interval-max) once a node has them",
         )
     raise walk.blocked(
         "provisioning-failed",

@@ -22,6 +22,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, MutableSequence, Sequence
 from typing import Any
 
+from kopf_csi import names
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning import gofmt, terms
 from kopf_csi.provisioning.errors import ProvisioningError
@@ -178,7 +179,7 @@ class _Work:
             else:
                 requisite = self._aggregate(selected, keys)
                 if not requisite:
-                    raise _Failed("no available topology found")
+                    raise _Failed(names.MESSAGE_NO_TOPOLOGY)
         if not requisite:
             return None  # allowedTopologies without values: as if topology were off
         requisite = terms.sorted_unique(requisite)
