@@ -60,8 +60,7 @@ async def _connect(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     )
     try:
         await client.wait_ready(wait=config.csi.connect_timeout)
-        info = await client.driver_info()
-        observed.set_driver_name(info.name)
+        info = await client.driver_info(named=observed.set_driver_name)
     except CSIError as exc:
         # As the Go sidecars exit after their 30 s dial timeout or a failed identity call,
         # stop: kopf would otherwise retry a start-up handler after a minute, silently.

@@ -79,7 +79,8 @@ async def test_a_provisioned_claim_shows_in_the_metrics(
     assert value(samples, f"{OPS}_count", **ok) == 1
     assert value(samples, f"{OPS}_sum", **ok) > 0
     assert _buckets(samples, OPS, **ok) == sorted(float(b) for b in OPERATION_BUCKETS)
-    # The start-up calls, before the driver's name is known, count as `unknown-driver`.
+    # The start-up calls, before the driver's name is known, count as `unknown-driver`; the
+    # capability calls come after GetPluginInfo and carry the name, as the sidecars' do.
     assert value(
         samples, f"{OPS}_count", driver_name="unknown-driver",
         method_name="/csi.v1.Identity/GetPluginInfo", grpc_status_code="OK",
@@ -87,6 +88,12 @@ async def test_a_provisioned_claim_shows_in_the_metrics(
     assert labelled(
         samples, f"{OPS}_count", driver_name="unknown-driver", method_name="/csi.v1.Identity/Probe"
     )
+    for method in (
+        "/csi.v1.Identity/GetPluginCapabilities", "/csi.v1.Controller/ControllerGetCapabilities",
+    ):  # fmt: skip
+        assert labelled(samples, f"{OPS}_count", method_name=method) == [
+            {"driver_name": DRIVER_NAME, "method_name": method, "grpc_status_code": "OK"}
+        ], method
 
     claim_labels = {"class": "fast", "source": ""}
     assert value(samples, "controller_persistentvolumeclaim_provision_total", **claim_labels) == 1

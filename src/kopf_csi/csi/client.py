@@ -157,11 +157,17 @@ class CSIClient:
                 last_log = now
             await asyncio.sleep(interval)
 
-    async def driver_info(self, *, refresh: bool = False) -> DriverInfo:
+    async def driver_info(
+        self, *, refresh: bool = False, named: Callable[[str], None] | None = None
+    ) -> DriverInfo:
         """GetPluginInfo, GetPluginCapabilities, ControllerGetCapabilities and (with the
-        GROUP_CONTROLLER_SERVICE) GroupControllerGetCapabilities, cached."""
+        GROUP_CONTROLLER_SERVICE) GroupControllerGetCapabilities, cached. `named` is told the
+        driver's name as soon as GetPluginInfo answers, before the capability calls (the
+        sidecars label those calls' metrics with it: `SetDriverName` in between)."""
         if self._info is None or refresh:
             info = await self.get_plugin_info()
+            if named is not None:
+                named(info.name)
             plugin = await self.get_plugin_capabilities()
             services: set[str] = set()
             expansion: set[str] = set()
