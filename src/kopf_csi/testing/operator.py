@@ -58,6 +58,7 @@ class OperatorThread:
         self._insights = Insights()
         self.error: BaseException | None = None
         self.stop_reason: str | None = None  # why the operator stopped itself, if it did
+        self._stop_asked = False  # the caller's stop(): an end during the start is no failure
 
     def load(self) -> None:
         """Import the handler modules into this run's registry; ``start()`` does it if not yet.
@@ -121,7 +122,7 @@ class OperatorThread:
 
     def _raise_if_stopped(self) -> None:
         """A start-up that ended the operator fails the start, not the test's later waits."""
-        if self.error is None and (self._thread is None or self.alive):
+        if self.error is None and (self._thread is None or self.alive or self._stop_asked):
             return
         why = repr(self.error) if self.error else self.stop_reason or "it stopped by itself"
         if LOGIN_MODULE not in self.modules:
@@ -141,6 +142,7 @@ class OperatorThread:
         self._stop.set()
 
     async def stop(self) -> None:
+        self._stop_asked = True
         self._stop.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, self.stop_timeout)
