@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -85,3 +86,25 @@ async def test_a_plain_function_is_a_hook_too_run_in_a_thread() -> None:
     with pytest.raises(Refused) as info:
         await run_hooks([refuse], {}, {}, request)
     assert info.value.message == "not from a thread either"
+
+
+async def test_a_hook_that_hangs_fails_the_attempt_after_the_timeout() -> None:
+    """A hook that never returns would hold its claim for ever: it gets the CSI call's
+    timeout, then the attempt fails naming it (and is retried as any failure); a hook's own
+    TimeoutError is its bug, not our deadline."""
+
+    async def hangs(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        await asyncio.Event().wait()
+
+    async def times_out(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        raise TimeoutError("its own")
+
+    with structlog.testing.capture_logs() as logs, pytest.raises(ProvisioningError) as info:
+        await run_hooks([hangs], {}, {}, csi.CreateVolumeRequest(name="pvc-1"), timeout=0.05)
+    assert str(info.value).endswith("<locals>.hangs did not return within 0.05s")
+    assert info.value.state is ProvisioningState.FINISHED
+    assert [entry["event"] for entry in logs] == ["create_volume_hook_timed_out"]
+
+    with pytest.raises(ProvisioningError) as info:
+        await run_hooks([times_out], {}, {}, csi.CreateVolumeRequest(name="pvc-1"), timeout=10)
+    assert str(info.value).endswith("<locals>.times_out failed: TimeoutError: its own")

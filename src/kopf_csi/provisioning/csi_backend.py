@@ -121,7 +121,7 @@ class CSIBackend:
             accessibility_requirements=requirement,
             volume_attributes_class=vac,
         )
-        await run_hooks(self.hooks, claim, storage_class, request)
+        await run_hooks(self.hooks, claim, storage_class, request, timeout=self.csi.timeout)
         await self.record(claim)
         response = await self.csi.create_volume(request)
         if response.volume is None:

@@ -3,6 +3,9 @@
 In the order they were added; a plain `def` in a thread, as kopf runs a sync handler; a
 `ProvisioningError` (`Refused`) as it is; anything else is the hook's own bug: its traceback is
 logged (`create_volume_hook_failed`) and the attempt fails with an event that names the hook.
+A hook gets the CSI call's timeout (`--timeout`) to return: one that hangs fails the attempt
+(retried with the claim's backoff) instead of holding its claim for ever; a plain `def` that
+hangs keeps its thread, which nothing can stop.
 """
 
 from __future__ import annotations
@@ -29,19 +32,37 @@ async def run_hooks(
     claim: Mapping[str, Any],
     storage_class: Mapping[str, Any],
     request: csi.CreateVolumeRequest,
+    *,
+    timeout: float | None = None,
 ) -> None:
     for hook in hooks:
+        name = getattr(hook, "__qualname__", repr(hook))
+        deadline = asyncio.timeout(timeout)
         try:
-            await _call(hook, claim, storage_class, request)
+            async with deadline:
+                await _call(hook, claim, storage_class, request)
         except ProvisioningError:
             raise
-        except Exception as exc:
-            name = getattr(hook, "__qualname__", repr(hook))
-            log.exception("create_volume_hook_failed", hook=name, error=str(exc) or repr(exc))
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise _failed(name, exc) from exc  # the hook's own TimeoutError
+            log.warning("create_volume_hook_timed_out", hook=name, timeout=timeout)
             raise ProvisioningError(
-                f"create-volume hook {name} failed: {type(exc).__name__}: {exc}",
+                f"create-volume hook {name} did not return within {timeout:g}s",
                 state=ProvisioningState.FINISHED,
-            ) from exc
+            ) from None
+        except Exception as exc:
+            raise _failed(name, exc) from exc
+
+
+def _failed(name: str, exc: Exception) -> ProvisioningError:
+    """A hook's own bug (called while handling it): its traceback logged, the attempt failed
+    naming the hook."""
+    log.exception("create_volume_hook_failed", hook=name, error=str(exc) or repr(exc))
+    return ProvisioningError(
+        f"create-volume hook {name} failed: {type(exc).__name__}: {exc}",
+        state=ProvisioningState.FINISHED,
+    )
 
 
 async def _call(
