@@ -242,6 +242,42 @@ def test_pod_cells() -> None:
     assert _cells("", "pods", leaving)[2] == "Terminating"
 
 
+def test_node_cells() -> None:
+    """`kubectl get nodes`: printNode's row; a node no kubelet has reported is `Unknown`."""
+    definitions = tables.table("", "nodes", [], metadata={})["columnDefinitions"]
+    assert [(c["name"], c["priority"]) for c in definitions] == [
+        ("Name", 0), ("Status", 0), ("Roles", 0), ("Age", 0), ("Version", 0),
+        ("Internal-IP", 1), ("External-IP", 1), ("OS-Image", 1), ("Kernel-Version", 1),
+        ("Container-Runtime", 1),
+    ]  # fmt: skip
+    created = "2026-12-02T05:00:00Z"
+    bare = {"metadata": {"name": "x", "creationTimestamp": created,
+                         "labels": {"kubernetes.io/hostname": "x"}}}  # fmt: skip
+    assert _cells("", "nodes", bare) == [
+        "x", "Unknown", "<none>", "6m30s", "<unknown>", "<none>", "<none>", "<unknown>",
+        "<unknown>", "<unknown>",
+    ]  # fmt: skip
+    reported = {
+        "metadata": {"name": "x", "creationTimestamp": created, "labels": {
+            "node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/control-plane": ""}},
+        "spec": {"unschedulable": True},
+        "status": {
+            "conditions": [{"type": "MemoryPressure", "status": "False"},
+                           {"type": "Ready", "status": "True"}],
+            "addresses": [{"type": "Hostname", "address": "x"},
+                          {"type": "InternalIP", "address": "10.0.0.2"}],
+            "nodeInfo": {"kubeletVersion": "v1.36.2", "osImage": "Debian GNU/Linux 12",
+                         "kernelVersion": "6.1.0", "containerRuntimeVersion": "containerd://2.1"},
+        },
+    }  # fmt: skip
+    assert _cells("", "nodes", reported) == [
+        "x", "Ready,SchedulingDisabled", "control-plane,worker", "6m30s", "v1.36.2",
+        "10.0.0.2", "<none>", "Debian GNU/Linux 12", "6.1.0", "containerd://2.1",
+    ]  # fmt: skip
+    not_ready = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    assert _cells("", "nodes", not_ready)[1] == "NotReady"
+
+
 def test_event_cells() -> None:
     """`kubectl get events`: printEvent's wide row (kubectl hides the priority-1 columns)."""
     definitions = tables.table("", "events", [], metadata={})["columnDefinitions"]

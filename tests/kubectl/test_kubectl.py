@@ -10,8 +10,8 @@ the default handler modules. We test these aspects:
   both store the claim without the field, as the real server drops it;
 - discovery: `get pvc,pv,volumeattachments -A` and the short names vs, vsc, vsclass, sc work;
   `va` fails as on a real server, which has no such short name;
-- the columns of `get pvc`, `get pv`, `get volumeattachments`, `get sc` and `get vs`, with
-  their cells from the objects the operator made;
+- the columns of `get pvc`, `get pv`, `get volumeattachments`, `get nodes`, `get sc` and
+  `get vs`, with their cells from the objects the operator made;
 - `get -w`: the header once, then a row per change, with the same columns;
 - `version`: the server is v1.36.2, and kubectl warns about skew only as it would against a real
   v1.36 server.
@@ -249,6 +249,13 @@ async def test_get_shows_the_columns(
         ("hostpath.csi.kopf.dev", NODE, "true")
     }
     assert volume in {row["PV"] for row in attachments}
+
+    (node,) = await kubectl.table("get", "nodes", "-o", "wide")
+    assert list(node) == [
+        "NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE",
+        "KERNEL-VERSION", "CONTAINER-RUNTIME",
+    ]  # fmt: skip
+    assert (node["NAME"], node["STATUS"], node["ROLES"]) == (NODE, "Unknown", "<none>")
 
     classes = await kubectl.table("get", "sc")
     assert [list(row.values())[:5] for row in classes] == [

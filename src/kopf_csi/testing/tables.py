@@ -310,6 +310,41 @@ def _readiness_gates(obj: Body, now: datetime.datetime) -> Cell:
     return f"{ready}/{len(gates)}"
 
 
+def _node_status(obj: Body, now: datetime.datetime) -> Cell:
+    """``printNode``'s STATUS: ``Ready``, ``NotReady`` or ``Unknown`` from the Ready condition
+    (``Unknown`` without one: no kubelet has reported), ``,SchedulingDisabled`` when cordoned."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    ready = {c.get("type"): c.get("status") for c in conditions}.get("Ready")
+    text = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    if (obj.get("spec") or {}).get("unschedulable"):
+        text += ",SchedulingDisabled"
+    return text
+
+
+def _node_roles(obj: Body, now: datetime.datetime) -> Cell:
+    """The ``node-role.kubernetes.io/<role>`` labels' roles, sorted; ``<none>`` without."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    prefix = "node-role.kubernetes.io/"
+    roles = sorted(key.removeprefix(prefix) for key in labels if key.startswith(prefix))
+    return ",".join(role for role in roles if role) or "<none>"
+
+
+def _node_address(kind: str) -> Callable[[Body, datetime.datetime], Cell]:
+    """The node's first address of `kind` (``InternalIP``, ``ExternalIP``), ``<none>``."""
+
+    def cell(obj: Body, now: datetime.datetime) -> Cell:
+        addresses = (obj.get("status") or {}).get("addresses") or []
+        found = [a.get("address") for a in addresses if a.get("type") == kind]
+        return str(found[0]) if found else "<none>"
+
+    return cell
+
+
+def _node_info(field: str) -> Callable[[Body, datetime.datetime], Cell]:
+    """A ``status.nodeInfo`` field, ``<unknown>`` when no kubelet has reported it."""
+    return lambda obj, now: str(_get(obj, f".status.nodeInfo.{field}") or "") or "<unknown>"
+
+
 def _crd_column(
     name: str, type_: str, path: str, description: str = "", priority: int = 0
 ) -> Column:
@@ -528,6 +563,27 @@ COLUMNS: dict[tuple[str, str], tuple[Column, ...]] = {
             "Of the pod's readiness gates, how many have their condition true.",
             _readiness_gates, priority=1,
         ),
+    ),
+    ("", "nodes"): (  # printNode
+        _NAME,
+        Column("Status", "string", "The status of the node", _node_status),
+        Column("Roles", "string", "The roles of the node", _node_roles),
+        _AGE,
+        Column("Version", "string", "Kubelet Version reported by the node.",
+               _node_info("kubeletVersion")),
+        Column("Internal-IP", "string", "List of internal IPs.", _node_address("InternalIP"),
+               priority=1),
+        Column("External-IP", "string", "List of external IPs.", _node_address("ExternalIP"),
+               priority=1),
+        Column("OS-Image", "string",
+               "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 "
+               "(wheezy)).", _node_info("osImage"), priority=1),
+        Column("Kernel-Version", "string",
+               "Kernel Version reported by the node from 'uname -r' (e.g. "
+               "3.16.0-0.bpo.4-amd64).", _node_info("kernelVersion"), priority=1),
+        Column("Container-Runtime", "string",
+               "ContainerRuntime Version reported by the node through runtime remote API (e.g. "
+               "containerd://1.4.2).", _node_info("containerRuntimeVersion"), priority=1),
     ),
     ("", "events"): (
         Column(
