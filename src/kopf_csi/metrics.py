@@ -23,9 +23,9 @@ It implements the hooks the rest of the code calls, and nothing else calls prome
   registered there), and a claim slowed by it shows nowhere else but a log line.
 - The operator's own waits, ours (no Go counterpart; a Go sidecar has goroutines on every core
   and one HTTP/2 connection, where this is one thread and a pool of HTTP/1.1 connections):
-  `requested`, `connection_waited` and `connected` (`kube.RequestObserver`, from the shared
-  API client) → `kopf_csi_api_requests_total`, `kopf_csi_api_request_duration_seconds`,
-  `kopf_csi_api_connection_wait_seconds`, `kopf_csi_api_connection_setup_seconds`;
+  `requested` and `connection_got` (`kube.RequestObserver`, from the shared API client) →
+  `kopf_csi_api_requests_total`, `kopf_csi_api_request_duration_seconds`,
+  `kopf_csi_api_connection_seconds`;
   `loop_lagged` (`looplag.LagProbe`) → `kopf_csi_event_loop_lag_seconds`; `watch_journal`:
   the in-flight journal's records, their wait and its writes, read at scrape time. Together
   they say where a slow burst's time went on a real server: the loop, the pool, the
@@ -82,7 +82,7 @@ REQUEST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 """client-go's `rest_client_request_duration_seconds` buckets (since kubernetes #106911)."""
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-"""The event loop's lag and a connection's wait or set-up: from 1 ms (noise) to 10 s."""
+"""The event loop's lag and the time to get a connection: from 1 ms (noise) to 10 s."""
 
 # Help texts (ours). component-base prefixes the stability level, as we do.
 _HELP_OPERATIONS = "[ALPHA] Duration of CSI calls, by driver, gRPC method and gRPC status code"
@@ -104,8 +104,7 @@ _HELP_THROTTLED = "API requests that waited for the role's client-side rate limi
 _HELP_THROTTLED_SECONDS = "Seconds API requests waited for the role's client-side rate limit"
 _HELP_REQUESTS = "API requests of the operator's client, by role, HTTP method, resource, code"
 _HELP_REQUEST_DURATION = "Seconds from sending an API request to its whole answer, by method"
-_HELP_CONNECTION_WAIT = "Seconds API requests waited for a free connection of the client's pool"
-_HELP_CONNECTION_SETUP = "Seconds each new connection to the API server took (TCP and TLS)"
+_HELP_CONNECTION = "Seconds API requests took to get a connection (pool's wait, TCP and TLS)"
 _HELP_LOOP_LAG = "Seconds the operator's event loop ran a timer late (due every 0.1 s)"
 _HELP_JOURNAL_RECORDS = "Claims recorded in the in-flight journal before their CreateVolume"
 _HELP_JOURNAL_WAIT = "Seconds claims waited for their in-flight journal record to be durable"
@@ -216,14 +215,9 @@ class Metrics:
             names.METRIC_API_REQUEST_DURATION, _HELP_REQUEST_DURATION,
             (names.LABEL_VERB, names.LABEL_RESOURCE), buckets=REQUEST_BUCKETS, registry=registry,
         )  # fmt: skip
-        self.connection_wait = Histogram(
-            names.METRIC_API_CONNECTION_WAIT, _HELP_CONNECTION_WAIT,
-            buckets=LAG_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.connection_setup = Histogram(
-            names.METRIC_API_CONNECTION_SETUP, _HELP_CONNECTION_SETUP,
-            buckets=LAG_BUCKETS, registry=registry,
-        )  # fmt: skip
+        self.api_connection = Histogram(
+            names.METRIC_API_CONNECTION, _HELP_CONNECTION, buckets=LAG_BUCKETS, registry=registry
+        )
         self.loop_lag = Histogram(
             names.METRIC_EVENT_LOOP_LAG, _HELP_LOOP_LAG, buckets=LAG_BUCKETS, registry=registry
         )
@@ -302,11 +296,8 @@ class Metrics:
         self._child(self.api_requests, manager, verb, resource, code).inc()
         self._child(self.api_request_duration, verb, resource).observe(seconds)
 
-    def connection_waited(self, seconds: float) -> None:
-        self.connection_wait.observe(seconds)
-
-    def connected(self, seconds: float) -> None:
-        self.connection_setup.observe(seconds)
+    def connection_got(self, seconds: float) -> None:
+        self.api_connection.observe(seconds)
 
     def loop_lagged(self, due: float, lag: float) -> None:
         """How late the loop ran a timer (`looplag.LagProbe`'s observer)."""

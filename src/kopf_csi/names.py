@@ -264,10 +264,9 @@ METRIC_API_REQUEST_DURATION: Final = "kopf_csi_api_request_duration_seconds"
 """Ours, a histogram with client-go's `rest_client_request_duration_seconds` buckets: from
 sending to the whole answer read (a wait for a free connection included, the rate limit's not);
 labels `verb`, `resource`."""
-METRIC_API_CONNECTION_WAIT: Final = "kopf_csi_api_connection_wait_seconds"
-"""Ours, a histogram: requests that waited for a free connection of the client's pool."""
-METRIC_API_CONNECTION_SETUP: Final = "kopf_csi_api_connection_setup_seconds"
-"""Ours, a histogram: each new connection to the API server (TCP and the TLS handshake)."""
+METRIC_API_CONNECTION: Final = "kopf_csi_api_connection_seconds"
+"""Ours, a histogram: how long each API request took to get a connection (at once when one is
+free and open; the pool's wait or a new connection's TCP and TLS otherwise)."""
 METRIC_EVENT_LOOP_LAG: Final = "kopf_csi_event_loop_lag_seconds"
 """Ours, a histogram: how late the operator's one thread ran a timer due every 0.1 s (the wait
 of anything that became ready at that moment)."""
