@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -108,3 +109,16 @@ async def test_a_hook_that_hangs_fails_the_attempt_after_the_timeout() -> None:
     with pytest.raises(ProvisioningError) as info:
         await run_hooks([times_out], {}, {}, csi.CreateVolumeRequest(name="pvc-1"), timeout=10)
     assert str(info.value).endswith("<locals>.times_out failed: TimeoutError: its own")
+
+
+async def test_a_plain_function_runs_to_its_end_whatever_the_timeout() -> None:
+    """A thread cannot be stopped: a plain `def` past the timeout is waited for, not left
+    running in the executor's threads while the claim is retried."""
+
+    def slow(claim: Any, sc: Any, request: csi.CreateVolumeRequest) -> None:
+        time.sleep(0.2)
+        request.parameters["slow"] = "done"
+
+    request = csi.CreateVolumeRequest(name="pvc-1", parameters={})
+    await run_hooks([slow], {}, {}, request, timeout=0.01)
+    assert request.parameters == {"slow": "done"}

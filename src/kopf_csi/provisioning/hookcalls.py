@@ -3,9 +3,10 @@
 In the order they were added; a plain `def` in a thread, as kopf runs a sync handler; a
 `ProvisioningError` (`Refused`) as it is; anything else is the hook's own bug: its traceback is
 logged (`create_volume_hook_failed`) and the attempt fails with an event that names the hook.
-A hook gets the CSI call's timeout (`--timeout`) to return: one that hangs fails the attempt
-(retried with the claim's backoff) instead of holding its claim for ever; a plain `def` that
-hangs keeps its thread, which nothing can stop.
+An `async def` hook gets the CSI call's timeout (`--timeout`) to return: one that hangs fails
+the attempt (retried with the claim's backoff) instead of holding its claim for ever. A plain
+`def` runs to its end: nothing can stop a thread, and one left running at every retry would
+take the default executor's few threads (kopf's and our sync handlers' too), one by one.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ async def run_hooks(
 ) -> None:
     for hook in hooks:
         name = getattr(hook, "__qualname__", repr(hook))
-        deadline = asyncio.timeout(timeout)
+        deadline = asyncio.timeout(timeout if inspect.iscoroutinefunction(hook) else None)
         try:
             async with deadline:
                 await _call(hook, claim, storage_class, request)
