@@ -23,7 +23,8 @@ LAG_INTERVAL = 0.1
 @kopf.on.startup(id="observability.serve")
 async def serve(memo: kopf.Memo, **_: Any) -> None:
     settings = runtime.settings_from_memo(memo)
-    memo.loop_lag = looplag.LagProbe(metrics.from_memo(memo).loop_lagged, interval=LAG_INTERVAL)
+    if getattr(memo, "loop_lag", None) is None:  # once, should kopf run this handler again
+        memo.loop_lag = looplag.LagProbe(metrics.from_memo(memo).loop_lagged, interval=LAG_INTERVAL)
     memo.loop_lag.start()
     endpoints.health_checks(memo)
     memo.http_server = None

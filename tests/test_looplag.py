@@ -2,7 +2,7 @@
 
 We test these aspects:
 - a loop held up by a blocking call shows as a lag at least as long as the hold-up;
-- each report says when the timer was due, and the probe goes on after an observer fails;
+- the probe goes on after an observer fails;
 - `stop` stops it, and `start` twice makes one probe, not two.
 """
 
@@ -17,17 +17,15 @@ INTERVAL = 0.01
 
 
 async def test_a_blocked_loop_shows_as_lag() -> None:
-    seen: list[tuple[float, float]] = []
-    probe = LagProbe(lambda due, lag: seen.append((due, lag)), interval=INTERVAL)
+    seen: list[float] = []
+    probe = LagProbe(seen.append, interval=INTERVAL)
     probe.start()
     await asyncio.sleep(INTERVAL * 3)
     time.sleep(0.2)  # noqa: ASYNC251 (the point: the loop's one thread is busy, timers wait)
     await asyncio.sleep(INTERVAL * 3)
     probe.stop()
-    assert max(lag for _, lag in seen) >= 0.2 - INTERVAL
-    assert all(lag >= 0 for _, lag in seen)
-    dues = [due for due, _ in seen]
-    assert dues == sorted(dues)
+    assert max(seen) >= 0.2 - INTERVAL
+    assert all(lag >= 0 for lag in seen)
 
 
 async def test_it_goes_on_after_a_failing_observer_and_stops_when_told() -> None:
@@ -37,7 +35,7 @@ async def test_it_goes_on_after_a_failing_observer_and_stops_when_told() -> None
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _, context: failures.append(context.get("exception")))
 
-    def observe(due: float, lag: float) -> None:
+    def observe(lag: float) -> None:
         calls.append(lag)
         if len(calls) == 3:
             thrice.set()

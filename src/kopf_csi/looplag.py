@@ -2,15 +2,13 @@
 
 The operator is one Python thread. While one callback or task step runs, everything else that
 is ready waits: a watch event, an API answer, a CSI answer. A `LagProbe` sets a timer every
-`interval` seconds and tells `observe(due, lag)` how late it ran: that lateness is the wait of
-anything that became ready at the same moment. A busy loop (a burst of claims on a starved
+`interval` seconds and tells `observe(lag)` how many seconds late it ran: that lateness is the
+wait of anything that became ready at the same moment. A busy loop (a burst of claims on a starved
 core) shows here before it shows anywhere else. It costs one timer per interval, about 2 µs.
 
     probe = LagProbe(metrics.loop_lagged, interval=0.1)
     probe.start()   # on the loop to watch
     probe.stop()
-
-`due` is on `time.perf_counter`'s clock, as the lag's seconds are.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ __all__ = ["LagProbe"]
 class LagProbe:
     """A timer every `interval` seconds on the running loop, reporting how late each ran."""
 
-    def __init__(self, observe: Callable[[float, float], None], *, interval: float) -> None:
+    def __init__(self, observe: Callable[[float], None], *, interval: float) -> None:
         self.observe = observe
         self.interval = interval
         self._handle: asyncio.TimerHandle | None = None
@@ -50,7 +48,6 @@ class LagProbe:
         self._handle = loop.call_later(self.interval, self._tick, loop)
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        due = self._due
-        lag = max(0.0, time.perf_counter() - due)
+        lag = max(0.0, time.perf_counter() - self._due)
         self._schedule(loop)  # first: an observer that fails must not stop the probe
-        self.observe(due, lag)
+        self.observe(lag)

@@ -299,7 +299,7 @@ class Metrics:
     def connection_got(self, seconds: float) -> None:
         self.api_connection.observe(seconds)
 
-    def loop_lagged(self, due: float, lag: float) -> None:
+    def loop_lagged(self, lag: float) -> None:
         """How late the loop ran a timer (`looplag.LagProbe`'s observer)."""
         self.loop_lag.observe(lag)
 
