@@ -254,8 +254,8 @@ def test_node_cells() -> None:
     bare = {"metadata": {"name": "x", "creationTimestamp": created,
                          "labels": {"kubernetes.io/hostname": "x"}}}  # fmt: skip
     assert _cells("", "nodes", bare) == [
-        "x", "Unknown", "<none>", "6m30s", "<unknown>", "<none>", "<none>", "<unknown>",
-        "<unknown>", "<unknown>",
+        "x", "Unknown", "<none>", "6m30s", "", "<none>", "<none>", "<unknown>", "<unknown>",
+        "<unknown>",
     ]  # fmt: skip
     reported = {
         "metadata": {"name": "x", "creationTimestamp": created, "labels": {
@@ -274,8 +274,12 @@ def test_node_cells() -> None:
         "x", "Ready,SchedulingDisabled", "control-plane,worker", "6m30s", "v1.36.2",
         "10.0.0.2", "<none>", "Debian GNU/Linux 12", "6.1.0", "containerd://2.1",
     ]  # fmt: skip
-    not_ready = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
-    assert _cells("", "nodes", not_ready)[1] == "NotReady"
+    for status in ("False", "Unknown"):  # a node whose kubelet stopped reporting: Unknown
+        not_ready = {"status": {"conditions": [{"type": "Ready", "status": status}]}}
+        assert _cells("", "nodes", not_ready)[1] == "NotReady"
+    legacy = {"metadata": {"name": "x", "creationTimestamp": created, "labels": {
+        "kubernetes.io/role": "worker", "node-role.kubernetes.io/worker": ""}}}  # fmt: skip
+    assert _cells("", "nodes", legacy)[2] == "worker"
 
 
 def test_event_cells() -> None:

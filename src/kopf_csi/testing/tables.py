@@ -311,22 +311,25 @@ def _readiness_gates(obj: Body, now: datetime.datetime) -> Cell:
 
 
 def _node_status(obj: Body, now: datetime.datetime) -> Cell:
-    """``printNode``'s STATUS: ``Ready``, ``NotReady`` or ``Unknown`` from the Ready condition
-    (``Unknown`` without one: no kubelet has reported), ``,SchedulingDisabled`` when cordoned."""
+    """``printNode``'s STATUS: ``Ready`` when the Ready condition is True, ``NotReady`` for any
+    other status of it, ``Unknown`` without one (no kubelet has reported);
+    ``,SchedulingDisabled`` when cordoned."""
     conditions = (obj.get("status") or {}).get("conditions") or []
     ready = {c.get("type"): c.get("status") for c in conditions}.get("Ready")
-    text = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    text = "Unknown" if ready is None else "Ready" if ready == "True" else "NotReady"
     if (obj.get("spec") or {}).get("unschedulable"):
         text += ",SchedulingDisabled"
     return text
 
 
 def _node_roles(obj: Body, now: datetime.datetime) -> Cell:
-    """The ``node-role.kubernetes.io/<role>`` labels' roles, sorted; ``<none>`` without."""
+    """``findNodeRoles``: the roles of the ``node-role.kubernetes.io/<role>`` labels and the
+    value of a ``kubernetes.io/role`` label, sorted, each once; ``<none>`` without."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     prefix = "node-role.kubernetes.io/"
-    roles = sorted(key.removeprefix(prefix) for key in labels if key.startswith(prefix))
-    return ",".join(role for role in roles if role) or "<none>"
+    roles = {key.removeprefix(prefix) for key in labels if key.startswith(prefix)}
+    roles.add(str(labels.get("kubernetes.io/role") or ""))
+    return ",".join(sorted(role for role in roles if role)) or "<none>"
 
 
 def _node_address(kind: str) -> Callable[[Body, datetime.datetime], Cell]:
@@ -341,7 +344,8 @@ def _node_address(kind: str) -> Callable[[Body, datetime.datetime], Cell]:
 
 
 def _node_info(field: str) -> Callable[[Body, datetime.datetime], Cell]:
-    """A ``status.nodeInfo`` field, ``<unknown>`` when no kubelet has reported it."""
+    """A ``status.nodeInfo`` field of the wide columns, ``<unknown>`` when no kubelet has
+    reported it (the VERSION column prints the kubelet's version as it is, empty without)."""
     return lambda obj, now: str(_get(obj, f".status.nodeInfo.{field}") or "") or "<unknown>"
 
 
@@ -570,7 +574,7 @@ COLUMNS: dict[tuple[str, str], tuple[Column, ...]] = {
         Column("Roles", "string", "The roles of the node", _node_roles),
         _AGE,
         Column("Version", "string", "Kubelet Version reported by the node.",
-               _node_info("kubeletVersion")),
+               _text(".status.nodeInfo.kubeletVersion")),
         Column("Internal-IP", "string", "List of internal IPs.", _node_address("InternalIP"),
                priority=1),
         Column("External-IP", "string", "List of external IPs.", _node_address("ExternalIP"),
