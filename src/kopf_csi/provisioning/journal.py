@@ -212,7 +212,7 @@ class _Lane:
         self._dropped.discard(uid)
         if uid in self._writing:  # its write already in flight: wait for that write
             await asyncio.shield(self._writing[uid])  # its failure is this caller's too
-        if uid in self._recorded and not ({uid} & (self._removes | self._removing)):
+        if uid in self._recorded and uid not in self._removes and uid not in self._removing:
             return  # durable, and no removal on its way: else written again after it
         await asyncio.shield(self._add(uid, claim))
 
