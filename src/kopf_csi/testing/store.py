@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeVar, cast
 
 from kopf_csi.testing import apimachinery, defaults, openapi
 from kopf_csi.testing.apimachinery import StatusError
-from kopf_csi.testing.kinds import CRDS, Body, Kind, defined_by
+from kopf_csi.testing.kinds import CRDS, Body, Kind, defined_by, established
 from kopf_csi.testing.watches import Change, HttpWatch, Listener, Subscription, dumps, event_line
 
 __all__ = ["PROTECTION_FINALIZERS", "TEST_MANAGER", "ObjectStore", "PatchType", "patch_function"]
@@ -359,6 +359,8 @@ class ObjectStore:
         status = obj.get("status") or {}  # a kind without /status (pods here) keeps its own
         if (kind.group, kind.plural) in _PENDING_ON_CREATE and not status.get("phase"):
             obj["status"] = {**status, "phase": "Pending"}
+        if (kind.group, kind.plural) == CRDS and defined_by(obj):
+            obj["status"] = established(obj, _now())  # served at once: established at once
         obj["metadata"]["managedFields"] = self._managed(None, obj, manager, None)
         return self._commit(kind, self._key(kind, namespace, name), "ADDED", obj, None)
 
