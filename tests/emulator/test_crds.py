@@ -1,7 +1,8 @@
 """A CustomResourceDefinition created in the emulator is served at once, as a real server serves
 one once it is established: its group version in discovery, its resource over HTTP and through
-the Python API, /status where the version declares it. Unserved versions are not served; a CRD
-for a resource served already (the snapshot kinds) leaves it as it is.
+the Python API, /status where the version declares it; and the CRD's status says so (what
+`kubectl wait --for=condition=Established` reads). Unserved versions are not served; a CRD for
+a resource served already (the snapshot kinds) leaves it as it is.
 """
 
 from __future__ import annotations
@@ -72,3 +73,19 @@ async def test_a_crd_for_a_served_resource_changes_nothing(cluster: EmulatedClus
     cluster.create("customresourcedefinitions", crd)
     assert cluster.kind("volumesnapshots") == snapshots
     assert cluster.kind("volumesnapshots").status
+
+
+async def test_a_created_crd_is_established(cluster: EmulatedCluster) -> None:
+    """What `kubectl wait --for=condition=Established` reads: the names accepted (with the
+    server's defaults), both conditions true, the storage version stored."""
+    cluster.create("customresourcedefinitions", CRD)
+    async with aiohttp.ClientSession(cluster.url) as session:
+        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"
+        async with session.get(path) as response:
+            status = (await response.json())["status"]
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"NamesAccepted": "True", "Established": "True"}
+    assert status["acceptedNames"] == {
+        "plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList",
+    }  # fmt: skip
+    assert status["storedVersions"] == ["v1"]

@@ -46,7 +46,9 @@ async def test_a_class_without_policy_or_mode_is_stored_with_the_defaults(
 
 
 async def test_an_update_that_drops_a_default_gets_it_back(cluster: EmulatedCluster) -> None:
-    cluster.create(CLASSES, storage_class("c", reclaimPolicy="Retain"))
+    """The class keeps its policy (a real server forbids changing it: a 422, which the emulator
+    does not check), so only the defaulting on update is at stake."""
+    cluster.create(CLASSES, storage_class("c", reclaimPolicy="Delete"))
     patched = cluster.patch(CLASSES, None, "c", {"reclaimPolicy": None})
     assert patched["reclaimPolicy"] == "Delete"
     replaced = cluster.replace(CLASSES, None, "c", storage_class("c"))

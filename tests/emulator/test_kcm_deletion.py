@@ -71,9 +71,17 @@ def requested(cluster: EmulatedCluster) -> int:
     return sum(e["reason"] == "ExternalProvisioning" for e in cluster.objects("events"))
 
 
-def gone(cluster: EmulatedCluster, plural: str, name: str) -> Callable[[], bool]:
-    namespace = "default" if plural == PVCS else None
-    return lambda: cluster.get(plural, namespace, name) is None
+def gone(obj: dict[str, Any] | None) -> bool:
+    return obj is None
+
+
+def synced(obj: dict[str, Any] | None) -> bool:
+    """The PV controller has given the volume a phase."""
+    return bool((obj or {}).get("status"))
+
+
+def released(obj: dict[str, Any] | None) -> bool:
+    return ((obj or {}).get("status") or {}).get("phase") == "Released"
 
 
 @contextlib.contextmanager
@@ -130,7 +138,7 @@ async def test_a_pod_the_informer_has_not_seen_keeps_a_deleted_claim(
         assert not kcm._cache["pods"]
         cluster.delete(PVCS, "default", "used")
         cluster.delete(PVCS, "default", "free")
-        await until(cluster, gone(cluster, PVCS, "free"))
+        await cluster.wait_for(PVCS, "default", "free", gone)
         await kcm.settled()
         held = cluster.get(PVCS, "default", "used")
         assert held is not None
@@ -168,15 +176,12 @@ async def test_a_released_volume_is_read_afresh_at_every_sync() -> None:
     async with timed() as (cluster, kcm):
         created = claim(cluster, "data")
         bound_volume(cluster, "pvc-1", created)
-        await until(cluster, lambda: (cluster.get(PVS, None, "pvc-1") or {}).get("status"))
+        await cluster.wait_for(PVS, None, "pvc-1", synced)
         await kcm.settled()
         with kcm_requests(cluster) as seen:
             cluster.delete(PVCS, "default", "data")
-            await until(cluster, gone(cluster, PVCS, "data"))
-            await until(
-                cluster,
-                lambda: cluster.get(PVS, None, "pvc-1")["status"]["phase"] == "Released",
-            )
+            await cluster.wait_for(PVCS, "default", "data", gone)
+            await cluster.wait_for(PVS, None, "pvc-1", released)
             await kcm.settled()
             reads = seen.count(("GET", PVS, "pvc-1"))
             assert reads >= 1
@@ -191,14 +196,11 @@ async def test_a_retained_volume_is_not_read_when_released() -> None:
     async with timed() as (cluster, kcm):
         created = claim(cluster, "data")
         bound_volume(cluster, "pvc-1", created, policy="Retain")
-        await until(cluster, lambda: (cluster.get(PVS, None, "pvc-1") or {}).get("status"))
+        await cluster.wait_for(PVS, None, "pvc-1", synced)
         await kcm.settled()
         with kcm_requests(cluster) as seen:
             cluster.delete(PVCS, "default", "data")
-            await until(
-                cluster,
-                lambda: cluster.get(PVS, None, "pvc-1")["status"]["phase"] == "Released",
-            )
+            await cluster.wait_for(PVS, None, "pvc-1", released)
             await kcm.settled()
         assert ("GET", PVS, "pvc-1") not in seen
 

@@ -109,6 +109,7 @@ async def test_a_failed_write_fails_its_callers_and_the_next_record_writes_again
     for caller in (first, second):
         with pytest.raises(JournalError):
             await caller
+    assert journal.writes == 1  # the second caller waited on the first's write
     cluster.faults.remove(fault)
     await journal.record(_with_uid("a"))
     assert "uid-a" in _data(cluster)

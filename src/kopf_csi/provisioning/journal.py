@@ -212,13 +212,12 @@ class _Lane:
         self._dropped.discard(uid)
         if uid in self._writing:  # its write already in flight: wait for that write
             await asyncio.shield(self._writing[uid])  # its failure is this caller's too
-        if uid in self._recorded and not ({uid} & (self._removes | self._removing)):
+        if uid in self._recorded and uid not in self._removes and uid not in self._removing:
             return  # durable, and no removal on its way: else written again after it
         await asyncio.shield(self._add(uid, claim))
 
     def _add(self, uid: str, claim: Body) -> asyncio.Future[None]:
         """Add the claim to the next write; the future is that write's outcome."""
-        self._dropped.discard(uid)
         self._removes.discard(uid)
         if uid not in self._adds:
             self._adds[uid] = json.dumps(snapshot_of(claim), separators=(",", ":"), sort_keys=True)
@@ -289,9 +288,9 @@ class _Lane:
             self._recorded |= set(adds)
             self._recorded -= removes
             _resolve(batch, None)
-            if self._dropped & set(adds):  # released while in flight: remove them now
-                self._removes |= self._dropped & set(adds)
-                self._dropped -= set(adds)
+            if dropped := self._dropped & adds.keys():  # released while in flight: remove now
+                self._removes |= dropped
+                self._dropped -= dropped
                 self._schedule(self.removal_delay)
 
     async def _write(self, patch: dict[str, Any]) -> None:

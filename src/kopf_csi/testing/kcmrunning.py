@@ -78,6 +78,7 @@ import functools
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TypeVar
 
 from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
 from kopf_csi.testing.latency import ObjectPath
@@ -100,6 +101,7 @@ PVC_PROTECTION = "pvc-protection-controller"
 PV_PROTECTION = "pv-protection-controller"
 ATTACH_DETACH = "attachdetach-controller"
 
+_T = TypeVar("_T")
 Key = tuple[str, str]  # namespace ("" for a cluster-scoped object), name
 Work = Callable[[], Awaitable[None]]
 
@@ -117,6 +119,16 @@ _BATCH: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("kcm_batc
 _RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
 """Syncing claims for a resync: their events are posted again (per task: a provisioning
 operation started by a resync's sync posts again too)."""
+
+
+@contextlib.contextmanager
+def _setting(var: contextvars.ContextVar[_T], value: _T) -> Iterator[None]:
+    """`var` is `value` inside (in this task's context), and as it was after."""
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
 
 
 @dataclasses.dataclass
@@ -321,13 +333,11 @@ class ControllerRunner(StandIn):
         obj = self._cache[plural].get(key)
         if obj is None:
             return  # deleted meanwhile
-        token = _RESYNCING.set(resyncing)
-        try:
-            await fn(obj)
-        except Exception as error:  # e.g. deleted meanwhile (a 404, a stale 409): next pass
-            self._failed(fn.__name__, plural, key, error)
-        finally:
-            _RESYNCING.reset(token)
+        with _setting(_RESYNCING, resyncing):
+            try:
+                await fn(obj)
+            except Exception as error:  # e.g. deleted meanwhile (a 404, a stale 409): next pass
+                self._failed(fn.__name__, plural, key, error)
 
     async def _whole(self, fn: Callable[[], Awaitable[None]]) -> None:
         """A controller that looks at every pod (the scheduler, attach/detach): a failure is
@@ -406,24 +416,15 @@ class ControllerRunner(StandIn):
     async def _work_on(self, lane: _Lane, batch: list[tuple[Key, bool]]) -> None:
         if lane.sync is None:
             if self.enabled["scheduler"]:
-                token = _CLIENT.set(None)  # kube-scheduler's own client, not KCM's
-                try:
+                with _setting(_CLIENT, None):  # kube-scheduler's own client, not KCM's
                     await self._whole(self._sync_scheduler)
-                finally:
-                    _CLIENT.reset(token)
             if self.enabled["attachments"]:
-                token = _CLIENT.set(ATTACH_DETACH)
-                try:
+                with _setting(_CLIENT, ATTACH_DETACH):
                     await self._whole(self._sync_attachments)
-                finally:
-                    _CLIENT.reset(token)
             return
-        batched = _BATCH.set(_Batch() if lane.by_namespace else None)
-        try:
+        with _setting(_BATCH, _Batch() if lane.by_namespace else None):
             for key, resyncing in batch:
                 await self._step(lane.plural, key, lane.sync, resyncing=resyncing)
-        finally:
-            _BATCH.reset(batched)
 
     async def _live_pods(self, namespace: str) -> list[Body]:
         """The namespace's pods as a live LIST returns them (after its time), once per batch

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["KINDS", "Body", "Kind", "defined_by"]
+__all__ = ["KINDS", "Body", "Kind", "defined_by", "established"]
 
 Body = dict[str, Any]
 
@@ -117,6 +117,35 @@ def defined_by(crd: Body) -> tuple[Kind, ...]:
         for version in spec.get("versions") or ()
         if version.get("served") and version.get("name")
     )
+
+
+def established(crd: Body, now: str) -> Body:
+    """The status a CustomResourceDefinition gets from the API server's controllers once its
+    names are accepted and it is served (apiextensions-apiserver's naming and establishing
+    controllers): what ``kubectl wait --for=condition=Established`` waits for."""
+    spec = crd.get("spec") or {}
+    names = dict(spec.get("names") or {})
+    if names.get("kind"):  # SetDefaults_CustomResourceDefinitionSpec
+        names.setdefault("singular", names["kind"].lower())
+        names.setdefault("listKind", f"{names['kind']}List")
+    conditions = [
+        ("NamesAccepted", "NoConflicts", "no conflicts found"),
+        ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+    ]
+    return {
+        "acceptedNames": names,
+        "conditions": [
+            {
+                "type": type_,
+                "status": "True",
+                "lastTransitionTime": now,
+                "reason": reason,
+                "message": message,
+            }
+            for type_, reason, message in conditions
+        ],
+        "storedVersions": [v["name"] for v in spec.get("versions") or () if v.get("storage")],
+    }
 
 
 _BUILT_IN_GROUPS = frozenset(

@@ -29,15 +29,16 @@ from typing import Any, Literal, TypeVar, cast
 
 from kopf_csi.testing import apimachinery, defaults, openapi
 from kopf_csi.testing.apimachinery import StatusError
-from kopf_csi.testing.kinds import CRDS, Body, Kind, defined_by
+from kopf_csi.testing.kinds import CRDS, Body, Kind, defined_by, established
 from kopf_csi.testing.watches import Change, HttpWatch, Listener, Subscription, dumps, event_line
 
 __all__ = ["PROTECTION_FINALIZERS", "TEST_MANAGER", "ObjectStore", "PatchType", "patch_function"]
 
 PatchType = Literal["merge", "strategic", "json"]
 
-# The API server defaults these phases on create (Go: SetDefaults_PersistentVolume[Claim]).
-_PENDING_ON_CREATE = {("", "persistentvolumeclaims"), ("", "persistentvolumes")}
+# The API server gives these a Pending phase on create (Go: SetDefaults_PersistentVolume[Claim],
+# the pod strategy's PrepareForCreate).
+_PENDING_ON_CREATE = {("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("", "pods")}
 # Server-owned metadata: a client's values are ignored on every write.
 _SERVER_METADATA = (
     "name", "namespace", "uid", "creationTimestamp", "resourceVersion", "generation",
@@ -355,12 +356,11 @@ class ObjectStore:
         obj.update((k, v) for k, v in body.items() if k not in ("apiVersion", "kind", "metadata"))
         if kind.status:
             obj.pop("status", None)  # the status is written through /status only
-            if (kind.group, kind.plural) in _PENDING_ON_CREATE:
-                obj["status"] = {"phase": "Pending"}
-        elif (kind.group, kind.plural) == ("", "pods") and not (obj.get("status") or {}).get(
-            "phase"
-        ):  # the pod strategy's PrepareForCreate (here pods keep a status given on create)
-            obj["status"] = {**(obj.get("status") or {}), "phase": "Pending"}
+        status = obj.get("status") or {}  # a kind without /status (pods here) keeps its own
+        if (kind.group, kind.plural) in _PENDING_ON_CREATE and not status.get("phase"):
+            obj["status"] = {**status, "phase": "Pending"}
+        if (kind.group, kind.plural) == CRDS and defined_by(obj):
+            obj["status"] = established(obj, _now())  # served at once: established at once
         obj["metadata"]["managedFields"] = self._managed(None, obj, manager, None)
         return self._commit(kind, self._key(kind, namespace, name), "ADDED", obj, None)
 
