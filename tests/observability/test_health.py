@@ -14,6 +14,9 @@ We test these aspects:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import aiohttp
 import kopf
 import pytest
@@ -37,6 +40,21 @@ async def _until_status(operator: OperatorThread, expected: int, path: str = "/h
         if status == expected:
             return body
     raise AssertionError(f"{path} never answered {expected}")
+
+
+@contextlib.asynccontextmanager
+async def _serving(memo: kopf.Memo) -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP endpoint of its own on `memo` (no operator behind it: a start-up stage), and a
+    session whose relative paths go to it."""
+    server = Endpoints(
+        endpoint="127.0.0.1:0", metrics_path="/metrics", metrics=Metrics(), memo=memo
+    )
+    await server.start()
+    try:
+        async with aiohttp.ClientSession(base_url=server.url) as session:
+            yield session
+    finally:
+        await server.stop()
 
 
 async def test_healthy_operator_answers_every_probe(operator: OperatorThread) -> None:
@@ -131,25 +149,17 @@ async def test_the_leader_election_watchdog_fails_both_paths(operator: OperatorT
 
 async def test_not_ready_before_the_driver_is_connected() -> None:
     """Before `lifecycle.connect` finished: alive (start-up has its own deadline), not ready."""
-    memo = kopf.Memo()
-    server = Endpoints(
-        endpoint="127.0.0.1:0", metrics_path="/metrics", metrics=Metrics(), memo=memo
-    )
-    await server.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(server.url + "/readyz") as response:
-                assert response.status == 500
-                assert "connecting" in await response.text()
-            async with session.get(server.url + "/healthz") as response:
-                assert response.status == 200
-                assert "[+]driver connecting" in await response.text()
-            async with session.get(server.url + "/debug/objects/pvc/default/data") as response:
-                assert (await response.json())["starting"] == CONNECTING  # serves nothing yet
-            async with session.get(server.url + "/nowhere") as response:
-                assert response.status == 404
-    finally:
-        await server.stop()
+    async with _serving(kopf.Memo()) as session:
+        async with session.get("/readyz") as response:
+            assert response.status == 500
+            assert "connecting" in await response.text()
+        async with session.get("/healthz") as response:
+            assert response.status == 200
+            assert "[+]driver connecting" in await response.text()
+        async with session.get("/debug/objects/pvc/default/data") as response:
+            assert (await response.json())["starting"] == CONNECTING  # serves nothing yet
+        async with session.get("/nowhere") as response:
+            assert response.status == 404
 
 
 CONNECTING = "not ready: connecting to the CSI driver"
@@ -178,21 +188,13 @@ def test_readiness_names_the_step_of_start_up(
 
 async def test_without_a_driver_the_operator_is_ready_and_alive() -> None:
     """`--no-csi` (provisioners of handler modules only): ready, and no driver to probe."""
-    memo = kopf.Memo(csi=None, without_driver=True)
-    server = Endpoints(
-        endpoint="127.0.0.1:0", metrics_path="/metrics", metrics=Metrics(), memo=memo
-    )
-    await server.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(server.url + "/readyz") as response:
-                assert response.status == 200
-                assert await response.text() == "ok: no CSI driver (--no-csi)\n"
-            async with session.get(server.url + "/healthz") as response:
-                assert response.status == 200
-                assert "[+]driver off (--no-csi)" in await response.text()
-    finally:
-        await server.stop()
+    async with _serving(kopf.Memo(csi=None, without_driver=True)) as session:
+        async with session.get("/readyz") as response:
+            assert response.status == 200
+            assert await response.text() == "ok: no CSI driver (--no-csi)\n"
+        async with session.get("/healthz") as response:
+            assert response.status == 200
+            assert "[+]driver off (--no-csi)" in await response.text()
 
 
 @pytest.mark.parametrize(
