@@ -27,14 +27,18 @@ KOPF_LINE = re.compile(
 )
 
 
-async def kopf_run(kubeconfig: pathlib.Path, socket_path: pathlib.Path, *options: str) -> list[str]:
-    """`kopf run` with the lifecycle module until the driver is connected; its output lines."""
-    env = kopf_run_environment(kubeconfig, socket_path)
-    process = await asyncio.create_subprocess_exec(
+async def start_kopf_run(env: dict[str, str], *options: str) -> asyncio.subprocess.Process:
+    """`kopf run` with the lifecycle module; stdout and stderr in one pipe."""
+    return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kopf", "run", *options, "--standalone", "--all-namespaces",
         "-m", "kopf_csi_handlers.lifecycle", env=env, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
+
+
+async def kopf_run(kubeconfig: pathlib.Path, socket_path: pathlib.Path, *options: str) -> list[str]:
+    """`kopf run` with the lifecycle module until the driver is connected; its output lines."""
+    process = await start_kopf_run(kopf_run_environment(kubeconfig, socket_path), *options)
     assert process.stdout is not None
     lines: list[str] = []
     try:
@@ -75,11 +79,7 @@ async def test_a_bad_variable_stops_kopf_run(tmp_path: pathlib.Path) -> None:
     bad flag is for `kopf-csi run`: kopf would retry the start-up handler every minute."""
     env = kopf_run_environment(tmp_path / "kubeconfig", tmp_path / "csi.sock")
     env["KOPF_CSI_TIMEOUT"] = "soon"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
-        "-m", "kopf_csi_handlers.lifecycle", env=env, cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+    process = await start_kopf_run(env)
     try:
         output, _ = await asyncio.wait_for(process.communicate(), 50)
     finally:
