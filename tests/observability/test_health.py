@@ -25,6 +25,7 @@ from kopf_csi.csi.codes import Code
 from kopf_csi.driver import Driver
 from kopf_csi.endpoints import LEADER_ELECTION_CHECK, Endpoints, parse_endpoint, readiness
 from kopf_csi.metrics import Metrics
+from kopf_csi.settings import CSISettings, Settings
 from kopf_csi.testing.operator import OperatorThread
 
 from .conftest import get
@@ -166,6 +167,8 @@ CONNECTING = "not ready: connecting to the CSI driver"
 LOGGING_IN = "not ready: logging in to Kubernetes (the CSI driver answered)"
 PRIMING = "not ready: priming the caches from the Kubernetes API"
 NO_CSI = "ok: no CSI driver (--no-csi)"
+LOGGING_IN_WITHOUT_CSI = "not ready: logging in to Kubernetes (--no-csi)"
+WITHOUT_CSI = Settings(csi=CSISettings(disabled=True))
 
 
 @pytest.mark.parametrize(
@@ -176,6 +179,7 @@ NO_CSI = "ok: no CSI driver (--no-csi)"
         ({"csi": object(), "api": object()}, (False, PRIMING)),
         ({"csi": object(), "api": object(), "driver": object()}, (True, "ok")),
         # --no-csi: no driver ever; ready once the caches are primed.
+        ({"settings": WITHOUT_CSI, "csi": None}, (False, LOGGING_IN_WITHOUT_CSI)),
         ({"csi": None, "api": object()}, (False, PRIMING)),
         ({"csi": None, "api": object(), "without_driver": True}, (True, NO_CSI)),
     ],
@@ -192,6 +196,17 @@ async def test_without_a_driver_the_operator_is_ready_and_alive() -> None:
         async with session.get("/readyz") as response:
             assert response.status == 200
             assert await response.text() == "ok: no CSI driver (--no-csi)\n"
+        async with session.get("/healthz") as response:
+            assert response.status == 200
+            assert "[+]driver off (--no-csi)" in await response.text()
+
+
+async def test_without_a_driver_the_operator_logs_in_with_the_driver_off() -> None:
+    """`--no-csi` before the login: not ready, saying so, and no driver to wait for."""
+    async with _serving(kopf.Memo(settings=WITHOUT_CSI, csi=None)) as session:
+        async with session.get("/readyz") as response:
+            assert response.status == 500
+            assert await response.text() == f"{LOGGING_IN_WITHOUT_CSI}\n"
         async with session.get("/healthz") as response:
             assert response.status == 200
             assert "[+]driver off (--no-csi)" in await response.text()
