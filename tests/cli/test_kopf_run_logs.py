@@ -20,6 +20,7 @@ from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import EmulatedCluster
 
 from ..conftest import kopf_run_environment
+from .processes import finished
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KOPF_LINE = re.compile(
@@ -48,7 +49,7 @@ async def kopf_run(kubeconfig: pathlib.Path, socket_path: pathlib.Path, *options
             lines.append(line.decode())
     finally:
         process.send_signal(signal.SIGTERM)
-        rest, _ = await asyncio.wait_for(process.communicate(), 30)
+        rest, _ = await finished(process, 30)
     lines += rest.decode().splitlines(keepends=True)
     assert process.returncode == 0, "".join(lines)[-3000:]
     return [line.rstrip("\n") for line in lines if line.strip()]
@@ -80,11 +81,7 @@ async def test_a_bad_variable_stops_kopf_run(tmp_path: pathlib.Path) -> None:
     env = kopf_run_environment(tmp_path / "kubeconfig", tmp_path / "csi.sock")
     env["KOPF_CSI_TIMEOUT"] = "soon"
     process = await start_kopf_run(env)
-    try:
-        output, _ = await asyncio.wait_for(process.communicate(), 50)
-    finally:
-        if process.returncode is None:
-            process.kill()
+    output, _ = await finished(process, 50)
     text = output.decode()
     assert process.returncode not in (0, None), text[-3000:]
     assert "failed permanently: KOPF_CSI_TIMEOUT='soon' is not a duration" in text, text[-3000:]
