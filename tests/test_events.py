@@ -1,7 +1,8 @@
 """The event recorder: client-go's aggregation of repeats, and failures that lose nothing.
 
 We test these aspects:
-- an event is posted with the object reference, type, reason, message and source;
+- an event is posted with the object reference, type, reason, message and source, named as
+  client-go names it, never twice the same name;
 - the same event again within the window bumps `count` on the first one instead of a new one;
 - an API that refuses events is logged, never raised, and the next post works again;
 - `post` does not wait for the API: events go out in the background, one at a time, in the
@@ -63,6 +64,15 @@ async def test_an_event_is_named_as_client_go_names_it(
         assert prefix == "data"
         assert before <= int(stamp, 16) <= after
     assert events.event_name("x") < events.event_name("x")  # never the same name twice
+
+
+def test_event_names_never_repeat_nor_go_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two events in one nanosecond, or after the clock stepped back, still get new names
+    (`time_ns` alone would repeat the first and go back with the second)."""
+    stamps = iter([5000, 5000, 4000])
+    monkeypatch.setattr(events, "_last_nanoseconds", 0)
+    monkeypatch.setattr(events.time, "time_ns", lambda: next(stamps))
+    assert [events.event_name("x") for _ in range(3)] == ["x.1388", "x.1389", "x.138a"]
 
 
 async def test_a_refused_event_is_logged_not_raised(

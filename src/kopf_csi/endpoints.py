@@ -34,6 +34,7 @@ from aiohttp import web
 
 from kopf_csi import introspection, metrics, names, runtime
 from kopf_csi.csi import CSIClient, CSIError
+from kopf_csi.settings import Settings
 from kopf_csi.targets import TargetError, parse_target
 
 __all__ = [
@@ -186,7 +187,7 @@ class Endpoints:
     async def _probe_driver(self) -> CheckResult:
         client: CSIClient | None = getattr(self.memo, "csi", None)
         if client is None:
-            if getattr(self.memo, "without_driver", False):
+            if getattr(self.memo, "without_driver", False) or _without_csi(self.memo):
                 return True, "off (--no-csi)"
             # Start-up has a deadline of its own (`--csi-connect-timeout`): then the process ends.
             return True, "connecting"
@@ -215,7 +216,16 @@ def readiness(memo: Any) -> CheckResult:
         return False, "not ready: priming the caches from the Kubernetes API"
     if getattr(memo, "csi", None) is not None:
         return False, "not ready: logging in to Kubernetes (the CSI driver answered)"
+    if _without_csi(memo):
+        return False, "not ready: logging in to Kubernetes (--no-csi)"
     return False, "not ready: connecting to the CSI driver"
+
+
+def _without_csi(memo: Any) -> bool:
+    """`--no-csi` was given: no driver to connect to (known once the settings are in the memo,
+    which `lifecycle.connect` makes sure of first)."""
+    settings = getattr(memo, "settings", None)
+    return isinstance(settings, Settings) and settings.csi.disabled
 
 
 async def _run_check(check: HealthCheck) -> CheckResult:

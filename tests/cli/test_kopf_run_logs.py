@@ -20,6 +20,7 @@ from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import EmulatedCluster
 
 from ..conftest import kopf_run_environment
+from .processes import finished
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KOPF_LINE = re.compile(
@@ -27,14 +28,18 @@ KOPF_LINE = re.compile(
 )
 
 
-async def kopf_run(kubeconfig: pathlib.Path, socket_path: pathlib.Path, *options: str) -> list[str]:
-    """`kopf run` with the lifecycle module until the driver is connected; its output lines."""
-    env = kopf_run_environment(kubeconfig, socket_path)
-    process = await asyncio.create_subprocess_exec(
+async def start_kopf_run(env: dict[str, str], *options: str) -> asyncio.subprocess.Process:
+    """`kopf run` with the lifecycle module; stdout and stderr in one pipe."""
+    return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "kopf", "run", *options, "--standalone", "--all-namespaces",
         "-m", "kopf_csi_handlers.lifecycle", env=env, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
+
+
+async def kopf_run(kubeconfig: pathlib.Path, socket_path: pathlib.Path, *options: str) -> list[str]:
+    """`kopf run` with the lifecycle module until the driver is connected; its output lines."""
+    process = await start_kopf_run(kopf_run_environment(kubeconfig, socket_path), *options)
     assert process.stdout is not None
     lines: list[str] = []
     try:
@@ -44,7 +49,7 @@ async def kopf_run(kubeconfig: pathlib.Path, socket_path: pathlib.Path, *options
             lines.append(line.decode())
     finally:
         process.send_signal(signal.SIGTERM)
-        rest, _ = await asyncio.wait_for(process.communicate(), 30)
+        rest, _ = await finished(process, 30)
     lines += rest.decode().splitlines(keepends=True)
     assert process.returncode == 0, "".join(lines)[-3000:]
     return [line.rstrip("\n") for line in lines if line.strip()]
@@ -75,16 +80,8 @@ async def test_a_bad_variable_stops_kopf_run(tmp_path: pathlib.Path) -> None:
     bad flag is for `kopf-csi run`: kopf would retry the start-up handler every minute."""
     env = kopf_run_environment(tmp_path / "kubeconfig", tmp_path / "csi.sock")
     env["KOPF_CSI_TIMEOUT"] = "soon"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
-        "-m", "kopf_csi_handlers.lifecycle", env=env, cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        output, _ = await asyncio.wait_for(process.communicate(), 50)
-    finally:
-        if process.returncode is None:
-            process.kill()
+    process = await start_kopf_run(env)
+    output, _ = await finished(process, 50)
     text = output.decode()
     assert process.returncode not in (0, None), text[-3000:]
     assert "failed permanently: KOPF_CSI_TIMEOUT='soon' is not a duration" in text, text[-3000:]

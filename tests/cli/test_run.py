@@ -31,6 +31,7 @@ from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import ControllerManager
 
 from ..conftest import DRIVER_NAME, seed_node, stopped_cleanly, until
+from .processes import finished
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 USER_MODULE = textwrap.dedent(
@@ -128,7 +129,7 @@ async def test_bad_input_exits_2_with_one_line(
 ) -> None:
     (tmp_path / "no_login.py").write_text(NO_LOGIN_MODULE)
     process = await _kopf_csi("run", *args, env=_environment(), cwd=tmp_path)
-    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    stdout, stderr = await finished(process, 30)
     assert process.returncode == 2
     assert stdout == b""
     lines = stderr.decode().splitlines()
@@ -147,7 +148,7 @@ async def test_an_operator_that_cannot_start_exits_1(
         "run", f"--csi-address={tmp_path / 'missing.sock'}", "--csi-connect-timeout=300ms",
         "--log-format=json", env=env, cwd=tmp_path,
     )  # fmt: skip
-    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    _, stderr = await finished(process, 60)
     assert time.monotonic() - started < 20  # not a connect timeout + 10 s per controller
     log = stderr.decode()
     assert process.returncode == 1, log[-3000:]
@@ -173,11 +174,7 @@ async def test_an_operator_that_cannot_log_in_exits_1(
     process = await _kopf_csi(
         "run", f"--csi-address={socket_path}", "--log-format=json", env=env, cwd=tmp_path
     )
-    try:
-        _, stderr = await asyncio.wait_for(process.communicate(), 60)
-    finally:
-        if process.returncode is None:
-            process.kill()
+    _, stderr = await finished(process, 60)
     log = stderr.decode()
     assert process.returncode == 1, log[-3000:]
     records = [json.loads(line) for line in log.splitlines()]
@@ -230,7 +227,7 @@ async def test_an_operator_that_stops_itself_exits_1(
         "run", "--no-default-modules", "-m", str(module), f"--kubeconfig={kubeconfig}",
         "--log-format=json", env=_environment(), cwd=tmp_path,
     )  # fmt: skip
-    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    _, stderr = await finished(process, 60)
     log = stderr.decode()
     assert process.returncode == 1, log[-3000:]
     last = json.loads(log.splitlines()[-1])
@@ -329,7 +326,7 @@ async def test_dotted_modules_are_found_from_the_current_directory(
         env=_environment(), cwd=tmp_path,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    _, stderr = await finished(process, 60)
     log = stderr.decode()
     assert "no module named" not in log, log
     last = json.loads(log.splitlines()[-1])

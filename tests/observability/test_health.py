@@ -14,6 +14,9 @@ We test these aspects:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import aiohttp
 import kopf
 import pytest
@@ -22,6 +25,7 @@ from kopf_csi.csi.codes import Code
 from kopf_csi.driver import Driver
 from kopf_csi.endpoints import LEADER_ELECTION_CHECK, Endpoints, parse_endpoint, readiness
 from kopf_csi.metrics import Metrics
+from kopf_csi.settings import CSISettings, Settings
 from kopf_csi.testing.operator import OperatorThread
 
 from .conftest import get
@@ -37,6 +41,21 @@ async def _until_status(operator: OperatorThread, expected: int, path: str = "/h
         if status == expected:
             return body
     raise AssertionError(f"{path} never answered {expected}")
+
+
+@contextlib.asynccontextmanager
+async def _serving(memo: kopf.Memo) -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP endpoint of its own on `memo` (no operator behind it: a start-up stage), and a
+    session whose relative paths go to it."""
+    server = Endpoints(
+        endpoint="127.0.0.1:0", metrics_path="/metrics", metrics=Metrics(), memo=memo
+    )
+    await server.start()
+    try:
+        async with aiohttp.ClientSession(base_url=server.url) as session:
+            yield session
+    finally:
+        await server.stop()
 
 
 async def test_healthy_operator_answers_every_probe(operator: OperatorThread) -> None:
@@ -131,31 +150,25 @@ async def test_the_leader_election_watchdog_fails_both_paths(operator: OperatorT
 
 async def test_not_ready_before_the_driver_is_connected() -> None:
     """Before `lifecycle.connect` finished: alive (start-up has its own deadline), not ready."""
-    memo = kopf.Memo()
-    server = Endpoints(
-        endpoint="127.0.0.1:0", metrics_path="/metrics", metrics=Metrics(), memo=memo
-    )
-    await server.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(server.url + "/readyz") as response:
-                assert response.status == 500
-                assert "connecting" in await response.text()
-            async with session.get(server.url + "/healthz") as response:
-                assert response.status == 200
-                assert "[+]driver connecting" in await response.text()
-            async with session.get(server.url + "/debug/objects/pvc/default/data") as response:
-                assert (await response.json())["starting"] == CONNECTING  # serves nothing yet
-            async with session.get(server.url + "/nowhere") as response:
-                assert response.status == 404
-    finally:
-        await server.stop()
+    async with _serving(kopf.Memo()) as session:
+        async with session.get("/readyz") as response:
+            assert response.status == 500
+            assert "connecting" in await response.text()
+        async with session.get("/healthz") as response:
+            assert response.status == 200
+            assert "[+]driver connecting" in await response.text()
+        async with session.get("/debug/objects/pvc/default/data") as response:
+            assert (await response.json())["starting"] == CONNECTING  # serves nothing yet
+        async with session.get("/nowhere") as response:
+            assert response.status == 404
 
 
 CONNECTING = "not ready: connecting to the CSI driver"
 LOGGING_IN = "not ready: logging in to Kubernetes (the CSI driver answered)"
 PRIMING = "not ready: priming the caches from the Kubernetes API"
 NO_CSI = "ok: no CSI driver (--no-csi)"
+LOGGING_IN_WITHOUT_CSI = "not ready: logging in to Kubernetes (--no-csi)"
+WITHOUT_CSI = Settings(csi=CSISettings(disabled=True))
 
 
 @pytest.mark.parametrize(
@@ -166,6 +179,7 @@ NO_CSI = "ok: no CSI driver (--no-csi)"
         ({"csi": object(), "api": object()}, (False, PRIMING)),
         ({"csi": object(), "api": object(), "driver": object()}, (True, "ok")),
         # --no-csi: no driver ever; ready once the caches are primed.
+        ({"settings": WITHOUT_CSI, "csi": None}, (False, LOGGING_IN_WITHOUT_CSI)),
         ({"csi": None, "api": object()}, (False, PRIMING)),
         ({"csi": None, "api": object(), "without_driver": True}, (True, NO_CSI)),
     ],
@@ -178,21 +192,24 @@ def test_readiness_names_the_step_of_start_up(
 
 async def test_without_a_driver_the_operator_is_ready_and_alive() -> None:
     """`--no-csi` (provisioners of handler modules only): ready, and no driver to probe."""
-    memo = kopf.Memo(csi=None, without_driver=True)
-    server = Endpoints(
-        endpoint="127.0.0.1:0", metrics_path="/metrics", metrics=Metrics(), memo=memo
-    )
-    await server.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(server.url + "/readyz") as response:
-                assert response.status == 200
-                assert await response.text() == "ok: no CSI driver (--no-csi)\n"
-            async with session.get(server.url + "/healthz") as response:
-                assert response.status == 200
-                assert "[+]driver off (--no-csi)" in await response.text()
-    finally:
-        await server.stop()
+    async with _serving(kopf.Memo(csi=None, without_driver=True)) as session:
+        async with session.get("/readyz") as response:
+            assert response.status == 200
+            assert await response.text() == "ok: no CSI driver (--no-csi)\n"
+        async with session.get("/healthz") as response:
+            assert response.status == 200
+            assert "[+]driver off (--no-csi)" in await response.text()
+
+
+async def test_without_a_driver_the_operator_logs_in_with_the_driver_off() -> None:
+    """`--no-csi` before the login: not ready, saying so, and no driver to wait for."""
+    async with _serving(kopf.Memo(settings=WITHOUT_CSI, csi=None)) as session:
+        async with session.get("/readyz") as response:
+            assert response.status == 500
+            assert await response.text() == f"{LOGGING_IN_WITHOUT_CSI}\n"
+        async with session.get("/healthz") as response:
+            assert response.status == 200
+            assert "[+]driver off (--no-csi)" in await response.text()
 
 
 @pytest.mark.parametrize(

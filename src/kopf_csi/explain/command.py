@@ -63,12 +63,12 @@ async def explain(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[int
     """The exit code and the output (text or JSON) for parsed arguments."""
     from kopf_csi.explain import reading, rendering, rules  # late: `kopf-csi --help` stays quick
 
-    text = args.target if args.name is None else f"{args.target}/{args.name}"
     if args.name is not None and "/" in args.target:
         raise ExplainError(
             f"one object at a time: KIND/[NAMESPACE/]NAME, or KIND NAME (given: {args.target}"
             f" {args.name})"
         )
+    text = args.target if args.name is None else f"{args.target}/{args.name}"
     try:
         target = parse_target(text, default_namespace=args.namespace)
     except TargetError as exc:

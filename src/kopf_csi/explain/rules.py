@@ -318,8 +318,8 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
         where = f"{_meta(lease).get('namespace')}/{_meta(lease).get('name')}"
         spec = _spec(lease)
         holder = spec.get("holderIdentity") or ""
-        duration = float(spec.get("leaseDurationSeconds") or 0)
-        age = _age(seen, spec.get("renewTime") or spec.get("acquireTime"))
+        renewed_at, duration = _renewal(lease)
+        age = _age(seen, renewed_at)
         if not holder:
             walk.fact(f"Lease {where}: held by nobody (released {_ago(age)})")
             continue
@@ -382,6 +382,13 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
         )
 
 
+def _renewal(lease: Body) -> tuple[str | None, float]:
+    """A Lease's last renewal (its acquisition, if never renewed) and its duration, seconds."""
+    spec = _spec(lease)
+    renewed_at = spec.get("renewTime") or spec.get("acquireTime")
+    return renewed_at, float(spec.get("leaseDurationSeconds") or 0)
+
+
 def _event_after_leases(seen: Observed) -> Body | None:
     """The provisioner's newest event on the claim when it came a whole lease duration after
     every Lease's last renewal: an operator works without `--leader-election` beside a Lease
@@ -389,13 +396,11 @@ def _event_after_leases(seen: Observed) -> Body | None:
     its lease duration), so the Lease says nothing of who serves the class."""
     ends = []
     for lease in seen.leases:
-        spec = _spec(lease)
-        renewed = parse_microtime(spec.get("renewTime") or spec.get("acquireTime"))
+        renewed_at, duration = _renewal(lease)
+        renewed = parse_microtime(renewed_at)
         if renewed is None:
             return None
-        ends.append(
-            renewed + datetime.timedelta(seconds=float(spec.get("leaseDurationSeconds") or 0))
-        )
+        ends.append(renewed + datetime.timedelta(seconds=duration))
     ours = [event for event in seen.events if event.get("reason") in _PROVISIONER_REASONS]
     if not ends or not ours:
         return None
