@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 import structlog
 
-from kopf_csi import events, kube, metrics, names, runtime
+from kopf_csi import events, kube, metrics, names, queueing, runtime
 from kopf_csi.caches import Cache, Caches, object_key
 from kopf_csi.csi import CSIClient, CSIError
 from kopf_csi.settings import Settings
@@ -116,6 +116,10 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
         # Go sidecars exit when they cannot build their client (kopf would retry in a minute).
         raise kopf.PermanentError(str(exc)) from exc
     api.observe(metrics.from_memo(memo))  # every request, the pool's waits, new connections
+    # Back after an outage: what failed during it runs now, not after its backoff (which grew
+    # while every attempt failed); the watches reconnect on their own (`informers`).
+    loop = asyncio.get_running_loop()
+    api.reachability.on_back(lambda since: _wake_queues(loop, since))
     if api.limits is not None:  # each role's throttled requests, in /metrics
         metrics.from_memo(memo).watch_rate_limits(api.limits.buckets)
     # Connections for a burst's first requests, opened now and not during the burst: 100
@@ -126,6 +130,11 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
     if getattr(memo, "health_checks", None) is None:
         memo.health_checks = {}
     return api
+
+
+def _wake_queues(loop: asyncio.AbstractEventLoop, since: float) -> None:
+    woken = sum(queue.retry_failed_since(since) for queue in queueing.started_queues(loop))
+    log.info("work_resumed", keys=woken)
 
 
 async def _start_caches(memo: kopf.Memo, api: kube.KubeClient, config: Settings) -> None:

@@ -12,6 +12,7 @@ We test these aspects:
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import time
 from typing import Any
@@ -80,7 +81,7 @@ async def test_a_refused_event_is_logged_not_raised(
 ) -> None:
     async with await kube.KubeClient.connect(kubeconfig) as api:
         recorder = events.Recorder(api, component="test")
-        fault = cluster.faults.add(503, verb="create", resource="events", times=1)
+        fault = cluster.faults.add(500, verb="create", resource="events", times=1)
         with structlog.testing.capture_logs() as logs:
             await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
             await recorder.flush()
@@ -93,18 +94,36 @@ async def test_a_refused_event_is_logged_not_raised(
     assert posted["count"] == 1
 
 
-async def test_an_unreachable_api_loses_the_event_only(
+async def test_an_unreachable_api_holds_the_event_not_the_caller(
     tmp_path: pathlib.Path, unused_tcp_port: int
 ) -> None:
-    """Events are best effort: a refused connection is logged, and the caller carries on."""
+    """Events are best effort: the caller carries on; the event waits for the API server,
+    quietly (the outage is logged once, by the client), and is given up on at the stop."""
     gone = EmulatedCluster(port=unused_tcp_port)  # never started: nothing listens there
     kubeconfig = gone.write_kubeconfig(tmp_path / "gone.json")
     async with await kube.KubeClient.connect(kubeconfig) as api:
         recorder = events.Recorder(api, component="test")
         with structlog.testing.capture_logs() as logs:
             await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
-            await events.flush_all(timeout=10)
-    assert [e["event"] for e in logs] == ["event_not_posted"]
+            await events.flush_all(timeout=1)
+    warned = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert warned == ["api_unreachable", "events_not_posted"]
+
+
+async def test_an_event_posted_while_the_api_is_away_arrives_when_it_is_back(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        with structlog.testing.capture_logs() as logs:
+            await cluster.stop_apiserver(drain=0.0)
+            await recorder.post(CLAIM, type_=events.WARNING, reason="R", message="m")
+            await asyncio.sleep(0.3)  # refused, waiting
+            await cluster.start_apiserver()
+            await asyncio.wait_for(recorder.flush(), timeout=10)
+    [posted] = cluster.objects("events", namespace="default")
+    assert posted["reason"] == "R"
+    assert "event_not_posted" not in [e["event"] for e in logs]
 
 
 async def test_posting_does_not_wait_and_keeps_the_order(

@@ -79,7 +79,7 @@ async def test_a_request_with_no_answer_is_an_error(tmp_path: pathlib.Path) -> N
     recorder = Recorder()
     async with await kube.KubeClient.connect(kubeconfig) as api:
         api.observe(recorder)
-        with pytest.raises(kube.TRANSPORT_ERRORS):
+        with pytest.raises(kube.UnavailableError):
             await api.get(kube.VOLUMES, "pv-1")
     assert recorder.requests == [("kopf-csi", "GET", "persistentvolumes", "<error>")]
     assert not recorder.connections  # none could be had

@@ -44,6 +44,8 @@ MAX_REMEMBERED = 4096
 MAX_QUEUED = 10_000  # events waiting per recorder (about 1.5 KB each)
 SENDERS = 8  # concurrent POSTs per recorder
 DROPS_PER_WARNING = 1000
+TRIES_PER_EVENT = 12  # client-go's broadcaster tries an event 12 times ...
+RETRY_WAIT = 10.0  # ... 10 s apart: here, at once when the API server is back
 
 log = structlog.get_logger("kopf_csi.events")
 
@@ -181,6 +183,24 @@ class Recorder:
                 log.exception("event_not_posted", reason=queued.key[2], object_uid=queued.key[0])
 
     async def _send(self, queued: _Queued) -> None:
+        """Post one event; while the API server is away, wait for it (quietly: the outage
+        is logged once, by the client), up to `TRIES_PER_EVENT` tries, as client-go does."""
+        for attempt in range(1, TRIES_PER_EVENT + 1):
+            try:
+                await self._send_once(queued)
+            except kube.UnavailableError as exc:
+                log.debug("event_not_posted_yet", reason=queued.key[2], error=str(exc))
+                if attempt < TRIES_PER_EVENT:
+                    await self.api.reachability.wait_back(timeout=RETRY_WAIT)
+                    continue
+                log.warning(
+                    "event_not_posted", reason=queued.key[2], object_uid=queued.key[0],
+                    error=str(exc), tries=attempt,
+                )  # fmt: skip
+                self._posted.pop(queued.key, None)
+            return
+
+    async def _send_once(self, queued: _Queued) -> None:
         key, body = queued.key, queued.body
         now = time.monotonic()
         seen = self._posted.get(key)
@@ -191,8 +211,10 @@ class Recorder:
                 await self.api.patch(kube.EVENTS, seen.name, patch, seen.namespace)
                 return
             created = await self.api.create(kube.EVENTS, body)
-        except kube.REQUEST_ERRORS as exc:
-            # Events are best effort: an API that refuses or cannot be reached loses only this.
+        except kube.UnavailableError:
+            raise  # waited for and tried again (`_send`)
+        except kube.KubeError as exc:
+            # Events are best effort: an API that refuses one loses only this.
             log.warning("event_not_posted", reason=key[2], object_uid=key[0], error=str(exc))
             self._posted.pop(key, None)
             return

@@ -8,7 +8,8 @@ for handlers that only update a cache and pass the event on (docs/benchmarks.md)
 pages) and then a watch from the list's resourceVersion, each event handed to `on_event` in
 order; a watch that ends is resumed from the last resourceVersion seen (bookmarks included),
 and one that is too old (410 Gone) lists again, reporting the objects that disappeared in the
-gap as DELETED. Errors are logged and retried with a backoff, forever, until cancelled.
+gap as DELETED. Errors are logged and retried with a backoff, forever, until cancelled; while
+the API server is away (`kube.UnavailableError`), quietly, and at once when it is back.
 
 Each listed object is passed as ADDED, as kopf passes its initial listing; a DELETED object
 found only by a relist is passed as a stub (`metadata.name`, `metadata.namespace`): its last
@@ -97,13 +98,19 @@ class Informer:
                     self._version = None
                     continue
                 delay = await self._backoff(exc, delay)
-            except (*kube.TRANSPORT_ERRORS, TimeoutError, ValueError) as exc:
+            except (TimeoutError, ValueError) as exc:  # a cut mid-line, a timeout
                 delay = await self._backoff(exc, delay)
             except Exception as exc:  # a bug in a listener: say so, never stop watching
                 log.exception("informer_listener_failed", resource=self.resource.plural)
                 delay = await self._backoff(exc, delay)
 
     async def _backoff(self, exc: Exception, delay: float) -> float:
+        if kube.is_unavailable(exc):
+            # The API server is away: `kube.reachability` said so once, for every request;
+            # watch again as soon as it is back (it sees that with a probe), or after `delay`.
+            log.debug("watch_failed", resource=self.resource.plural, error=str(exc))
+            back = await self.api.reachability.wait_back(timeout=delay)
+            return RETRY_FIRST if back else min(delay * 2, RETRY_MAX)
         log.warning(
             "watch_failed", resource=self.resource.plural, error=str(exc) or repr(exc), delay=delay
         )

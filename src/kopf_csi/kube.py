@@ -13,6 +13,7 @@ import asyncio
 import asyncio.sslproto
 import base64
 import binascii
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -23,7 +24,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol, TypeVar
 
 import aiohttp
@@ -31,6 +32,7 @@ import kubernetes_asyncio.client
 import kubernetes_asyncio.config
 import structlog
 
+from kopf_csi.reachability import Reachability
 from kopf_csi.throttling import TokenBucket
 
 __all__ = [
@@ -52,7 +54,6 @@ __all__ = [
     "SNAPSHOT_CONTENTS",
     "STALE_WRITE_ATTEMPTS",
     "STORAGE_CLASSES",
-    "TRANSPORT_ERRORS",
     "VOLUMES",
     "VOLUME_ATTACHMENTS",
     "VOLUME_ATTRIBUTES_CLASSES",
@@ -66,8 +67,10 @@ __all__ = [
     "RequestObserver",
     "Resource",
     "StaleWriteError",
+    "UnavailableError",
     "decode_secret_data",
     "guarded_patch",
+    "is_unavailable",
     "kubeconfig_files",
     "login",
     "resource_of",
@@ -180,6 +183,29 @@ class ConflictError(KubeError):
     """409: a stale resourceVersion, or the object already exists."""
 
 
+class UnavailableError(KubeError):
+    """The API server did not answer, or answered that it cannot serve now.
+
+    A refused connect, a connection reset or closed under the request, a broken pipe, a TLS
+    failure, a timeout (status 0: no answer); or `503 apiserver is shutting down`, a 504 (the
+    server's own request timeout) or a 500 with etcd's text: what a restart of the control
+    plane looks like from a client (`/work/shared/reference/real-apiserver.md`). A transient
+    condition of the whole server, not of the request: retry it, quietly. aiohttp's own
+    exceptions never leave this module; this is what they become.
+    """
+
+    outage = True
+    """Says so to code that must not import this module (`queueing`): logged once, here."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "Unavailable") -> None:
+        super().__init__(message, status=status, reason=reason)
+
+    def __str__(self) -> str:
+        if not self.status:
+            return f"(no answer) {self.message}"
+        return super().__str__()
+
+
 class StaleWriteError(ConflictError):
     """Someone else wrote the object after we read it: a lost race, not a failure.
 
@@ -204,13 +230,39 @@ def guarded_patch(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str,
     return {**patch, "metadata": metadata}
 
 
-TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
-"""No answer at all: a refused connection, a reset, a closed session (kubernetes-asyncio lets
-aiohttp's errors through). Callers catch these, not aiohttp's: only this module knows the
-transport."""
+_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+"""No answer at all: a refused connection, a reset, a broken pipe, a closed session, a TLS
+failure, a timeout (kubernetes-asyncio lets aiohttp's errors through). Only this module knows
+the transport: these become `UnavailableError` here (`_unanswered`), and nowhere else is any
+of them caught."""
 
-REQUEST_ERRORS = (KubeError, *TRANSPORT_ERRORS)
-"""What any API request may raise: an answer with an error, or none."""
+REQUEST_ERRORS = (KubeError,)
+"""What any API request may raise: an answer with an error, or none (`UnavailableError`)."""
+
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+"""Answers that say the server cannot serve now (a draining server's 503, its own request
+timeout's 504, a proxy's 502 in front of a server that is gone)."""
+
+
+def _unanswered(exc: BaseException, method: str, path: str) -> UnavailableError:
+    """What a transport failure of `method path` becomes: one error type, naming the cause."""
+    cause = str(exc) or type(exc).__name__
+    if isinstance(exc, asyncio.TimeoutError):
+        cause = "timed out"
+    return UnavailableError(f"{method} {path}: the API server did not answer: {cause}")
+
+
+def is_unavailable(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an error it was raised from, says the API server is away (an outage),
+    not that the request failed: the outage is reported once (`reachability`), and a claim
+    whose attempt failed only for it gets neither a warning line nor a Warning event."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, UnavailableError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 STALE_WRITE_ATTEMPTS = 5
@@ -442,9 +494,16 @@ class KubeClient:
         gives_way: bool = False,
         bucket: str | None = None,
         observers: list[RequestObserver] | None = None,
+        reachability: Reachability | None = None,
     ) -> None:
         self._api = api
         self._observers = [] if observers is None else observers  # one list for the copies
+        if reachability is None:  # the first client of a pool: the copies share its state
+            reachability = Reachability()
+            reachability.probe_with(self.version)
+        self.reachability = reachability
+        """Whether the API server answers, as this pool's requests see it (one warning when
+        it goes away, one when it is back: `reachability`)."""
         self.manager = manager
         self.limits = limits
         self.gives_way = gives_way
@@ -462,7 +521,13 @@ class KubeClient:
 
     def as_manager(self, manager: str) -> KubeClient:
         """The same connection, writing as `manager` (e.g. `csi-provisioner`)."""
-        return KubeClient(self._api, manager=manager, limits=self.limits, observers=self._observers)
+        return KubeClient(
+            self._api,
+            manager=manager,
+            limits=self.limits,
+            observers=self._observers,
+            reachability=self.reachability,
+        )
 
     def giving_way(self) -> KubeClient:
         """The same client, whose requests give way to this role's others when its rate limit
@@ -475,6 +540,7 @@ class KubeClient:
             gives_way=True,
             bucket=self.bucket_name,
             observers=self._observers,
+            reachability=self.reachability,
         )
 
     def for_leader_election(self) -> KubeClient:
@@ -488,6 +554,7 @@ class KubeClient:
             limits=self.limits,
             bucket=f"{self.manager}/leader-election",
             observers=self._observers,
+            reachability=self.reachability,
         )
 
     @classmethod
@@ -555,6 +622,7 @@ class KubeClient:
         return sum(not isinstance(answer, BaseException) for answer in answers)
 
     async def close(self) -> None:
+        await self.reachability.close()
         await self._api.close()
 
     async def __aenter__(self) -> KubeClient:
@@ -703,36 +771,35 @@ class KubeClient:
         ]  # fmt: skip
         path = resource.path()
         await self._throttle("WATCH", path)
-        response = await self._api.call_api(
-            path,
-            "GET",
-            query_params=query,
-            header_params=self._headers,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout + 30,
-        )
-        async with response:
-            if response.status != 200:
-                _decode(await response.read(), status=response.status, method="GET", path=path)
-            pending = bytearray()
-            async for chunk in response.content.iter_any():
-                pending += chunk
-                if b"\n" not in chunk:
-                    continue
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        raise KubeError(
-                            str(status.get("message") or f"watch {path} failed"),
-                            status=int(status.get("code") or 500),
-                            reason=str(status.get("reason") or ""),
-                        )
-                    yield event
+        try:
+            response = await self._api.call_api(
+                path,
+                "GET",
+                query_params=query,
+                header_params=self._headers,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout + 30,
+            )
+        except _TRANSPORT_ERRORS as exc:
+            error = _unanswered(exc, "WATCH", path)
+            self.reachability.failed(error)
+            raise error from exc
+        try:
+            async with response:
+                if response.status != 200:
+                    _decode(await response.read(), status=response.status, method="GET", path=path)
+                self.reachability.answered()
+                async with contextlib.aclosing(_watch_events(response, path)) as events:
+                    async for event in events:
+                        yield event
+        except _TRANSPORT_ERRORS as exc:  # cut mid-stream: the server went away
+            error = _unanswered(exc, "WATCH", path)
+            self.reachability.failed(error)
+            raise error from exc
+        except UnavailableError as exc:  # a 503 for the watch itself
+            self.reachability.failed(exc)
+            raise
 
     async def _throttle(self, method: str, path: str) -> None:
         """Wait for this role's token (`Limits`), if its requests are limited; a long wait is
@@ -795,16 +862,51 @@ class KubeClient:
                 raw = await response.read()
                 status = response.status
             code = str(status)
+        except _TRANSPORT_ERRORS as exc:
+            error = _unanswered(exc, method, path)
+            self.reachability.failed(error)
+            raise error from exc
         finally:
             if self._observers:
                 self._observed(method, path, code, started)
-        return _decode(raw, status=status, method=method, path=path)
+        try:
+            decoded = _decode(raw, status=status, method=method, path=path)
+        except UnavailableError as exc:
+            self.reachability.failed(exc)
+            raise
+        except KubeError:
+            self.reachability.answered()
+            raise
+        self.reachability.answered()
+        return decoded
 
     def _observed(self, method: str, path: str, code: str, started: float) -> None:
         seconds = time.perf_counter() - started
         resource = resource_of(path)
         for observer in self._observers:
             observer.requested(self.manager, method, resource, code, seconds)
+
+
+async def _watch_events(response: Any, path: str) -> AsyncGenerator[Body, None]:
+    """The watch events of one streamed answer, as they come, line by line."""
+    pending = bytearray()
+    async for chunk in response.content.iter_any():
+        pending += chunk
+        if b"\n" not in chunk:
+            continue
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("type") == "ERROR":
+                status = event.get("object") or {}
+                raise KubeError(
+                    str(status.get("message") or f"watch {path} failed"),
+                    status=int(status.get("code") or 500),
+                    reason=str(status.get("reason") or ""),
+                )
+            yield event
 
 
 def decode_secret_data(secret: Mapping[str, Any]) -> dict[str, str]:
@@ -848,4 +950,6 @@ def _decode(raw: bytes, *, status: int, method: str, path: str) -> Body:
     error: type[KubeError] = {404: NotFoundError, 409: ConflictError}.get(status, KubeError)
     if status == 409 and reason == "Conflict":  # not AlreadyExists
         error = StaleWriteError
+    elif status in UNAVAILABLE_STATUSES or (status == 500 and "etcdserver:" in message):
+        error = UnavailableError  # etcd away: the server wraps its text in a 500
     raise error(message, status=status, reason=reason)

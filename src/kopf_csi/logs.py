@@ -180,6 +180,34 @@ class ReportedFailures(logging.Filter):
         return True
 
 
+class OutageRetries(logging.Filter):
+    """On kopf's API client loggers: a request it retries because the API server did not
+    answer becomes a debug record.
+
+    kopf retries its own requests (its watches' above all) and logs every failed attempt as an
+    error: a control-plane restart wrote one per watched kind and attempt. The outage is told
+    once, by our client (`kube.reachability`); a retry for another reason (403, 429) keeps its
+    level.
+    """
+
+    OUTAGES = (
+        "ClientConnectorError", "ServerDisconnectedError", "ClientOSError", "ClientPayloadError",
+        "TimeoutError", "apiserver is shutting down", "status=503", "status=504",
+    )  # fmt: skip
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if "failed; will retry: " in message and any(text in message for text in self.OUTAGES):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+KOPF_CLIENT_LOGGERS = ("kopf._cogs.clients.watching", "kopf.objects", "kopf.activities")
+"""kopf's loggers that log its request retries: its watches' own, and the logger of whatever
+made the request (an object's handler, an activity)."""
+
+
 def quiet_reported_failures() -> None:
     """`kopf-csi run` reports every failed start-up handler itself (see `ReportedFailures`)."""
     _add_filter("kopf.activities.startup", ReportedFailures(everything=True))
@@ -197,6 +225,14 @@ def _install_filters() -> None:
     startup = logging.getLogger("kopf.activities.startup")
     if not any(isinstance(f, ReportedFailures) for f in startup.filters):
         startup.addFilter(ReportedFailures())
+    quiet_outage_retries()
+
+
+def quiet_outage_retries() -> None:
+    """kopf's retries of requests the API server did not answer, at debug (`OutageRetries`):
+    installed by every operator run (`runtime.configure_kopf`), the testing kit's included."""
+    for name in KOPF_CLIENT_LOGGERS:
+        _add_filter(name, OutageRetries())
 
 
 def _quiet_hpack() -> None:

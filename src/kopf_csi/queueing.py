@@ -216,6 +216,7 @@ class WorkQueue(Generic[K]):
         self._discarded: set[K] = set()  # processing now, and its outcome must be dropped
         self._delayed: dict[K, _Delayed] = {}
         self._failures: dict[K, int] = {}
+        self._failed_at: dict[K, float] = {}  # a retrying key's last failure (monotonic)
 
         # One token per push; a discarded key leaves a stale token, which only costs a worker
         # a spurious wake-up (it finds the queue empty and waits again).
@@ -315,6 +316,20 @@ class WorkQueue(Generic[K]):
         self._delayed[key] = _Delayed(when=when, handle=handle)
         self._notify()
 
+    def retry_failed_since(self, since: float) -> int:
+        """Run at once every key waiting for a retry that failed at or after `since`
+        (`time.monotonic()`): the API server is back after an outage that began then, and
+        its backoff would only hold it up. Its failure count stays (an outage is no success).
+        How many keys were woken."""
+        if self._hopped(self.retry_failed_since, since):
+            return 0
+        woken = [key for key in list(self._delayed) if self._failed_at.get(key, -math.inf) >= since]
+        for key in woken:
+            self.add(key)
+        if woken:
+            logger.debug("work_woken", queue=self.name, keys=len(woken))
+        return len(woken)
+
     def forget(self, key: K) -> None:
         """Reset the key's failure count, so its next failure waits `backoff_start` again."""
         if self._hopped(self.forget, key):
@@ -331,6 +346,7 @@ class WorkQueue(Generic[K]):
             return
         self._cancel_delayed(key)
         self._failures.pop(key, None)
+        self._failed_at.pop(key, None)
         self._dirty.discard(key)
         if key in self._queue:
             del self._queue[key]
@@ -339,7 +355,7 @@ class WorkQueue(Generic[K]):
             self._discarded.add(key)
         self._notify()
 
-    def _hopped(self, method: Callable[..., None], *args: object) -> bool:
+    def _hopped(self, method: Callable[..., object], *args: object) -> bool:
         """From a foreign thread (a sync kopf handler): schedule the call on the loop instead."""
         if self._loop is None or threading.get_ident() == self._thread:
             return False
@@ -405,7 +421,12 @@ class WorkQueue(Generic[K]):
         except Exception as exc:
             # A bug or an unclassified error: retry it like a failure, never lose the key.
             # The traceback is worth its noise: `process` should return outcomes for the
-            # errors it expects, so whatever reaches here is unexpected.
+            # errors it expects, so whatever reaches here is unexpected. Except an outage
+            # (an exception with `outage = True`, as `kube.UnavailableError`): its start
+            # and end are logged once, by the client that saw it, not once per key.
+            if getattr(exc, "outage", False):
+                logger.debug("work_failed", queue=self.name, key=key, error=str(exc))
+                return RETRY
             logger.warning(
                 "work_failed",
                 queue=self.name,
@@ -422,17 +443,20 @@ class WorkQueue(Generic[K]):
         if key in self._discarded:
             self._discarded.discard(key)
             self._failures.pop(key, None)
+            self._failed_at.pop(key, None)
             self._notify()
             return
 
         delay: float | None = None
         if not outcome.retry:
             self._failures.pop(key, None)
+            self._failed_at.pop(key, None)
         elif outcome.delay is not None:
             delay = outcome.delay
         else:
             failures = self._failures[key] = self._failures.get(key, 0) + 1
             delay = next_delay(failures, start=self.backoff_start, maximum=self.backoff_max)
+            self._failed_at[key] = time.monotonic()
 
         if key in self._dirty:
             self._push(key)  # re-added during the run: that supersedes the retry's delay

@@ -94,6 +94,21 @@ def configure_kopf(settings: kopf.OperatorSettings, *, registry: Any = None) -> 
     # start-up; install the snapshot CRDs first, or restart the operator after them
     # (docs/operations.md, "RBAC").
     settings.scanning.disabled = True
+    # kopf gives up a request after 8 retries (54 s) and raises: a watch then ends for good,
+    # or the operator stops. A control-plane restart can take longer; client-go retries for
+    # ever. So does kopf here, every 10 s at most (`logs.OutageRetries` keeps it quiet).
+    settings.networking.error_backoffs = _RetryForever()
+    logs.quiet_outage_retries()
+
+
+class _RetryForever:
+    """kopf's request backoffs, without end: 1, 1, 2, 3, 5, 8, then 10 s for ever (not
+    `Sized`, so kopf counts no last attempt). Iterable again for every request."""
+
+    def __iter__(self) -> Any:
+        yield from (1.0, 1.0, 2.0, 3.0, 5.0, 8.0)
+        while True:
+            yield 10.0
 
 
 class NotStarted(kopf.PermanentError):

@@ -252,24 +252,31 @@ class _Lane:
             self._wake.set()  # a claim is waiting: cut the removals' delay short
 
     async def _flush_loop(self, delay: float) -> None:
-        """Flush until nothing is pending; adds go at once, removals after a short delay."""
+        """Flush until nothing is pending; adds go at once, removals after a short delay.
+
+        A failed write (whatever it raised) failed its batch's callers, who retry their
+        attempts; its removals are retried here, after a backoff that doubles up to
+        `RETRY_MAX` (the API server may be away for a while) and is cut short by a new add.
+        """
+        failures = 0
         while True:
             if delay > 0 and not self._adds:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=delay)
             self._wake.clear()
-            await self._flush()
+            failures = 0 if await self._flush() else failures + 1
             if not self._adds and not self._removes:
                 return  # no await between this check and the end: no add can slip past
-            delay = 0.0 if self._adds else self.removal_delay
+            delay = 0.0 if self._adds else _retry_delay(self.removal_delay, failures)
 
-    async def _flush(self) -> None:
+    async def _flush(self) -> bool:
+        """Write the pending adds and removals as one patch: whether it was written."""
         async with self._lock:
             adds, removes, batch = self._adds, self._removes, self._batch
             self._adds, self._removes, self._batch = {}, set(), None
             if not adds and not removes:
                 _resolve(batch, None)
-                return
+                return True
             patch: dict[str, Any] = {"data": {**adds, **dict.fromkeys(removes)}}
             self.busy_since = asyncio.get_running_loop().time()
             if batch is not None:
@@ -277,12 +284,18 @@ class _Lane:
             self._removing = removes
             try:
                 await self._write(patch)
-            except kube.KubeError as exc:
-                log.warning("journal_write_failed", error=str(exc))
+            except BaseException as exc:
+                # Whatever it is (an API error, a bug, a cancellation), the batch's callers
+                # are told: none of them may wait for ever on a write that is over.
                 self._removes |= removes  # retried with the next flush; adds fail their callers
                 self._dropped -= set(adds)
-                _resolve(batch, JournalError(f"cannot record in-flight claims: {exc}"))
-                return
+                error = JournalError(f"cannot record in-flight claims: {exc}")
+                error.__cause__ = exc  # an outage stays one (`kube.is_unavailable`)
+                _resolve(batch, error)
+                if not isinstance(exc, Exception):
+                    raise  # cancelled (a stop): the callers are told, the task ends
+                _log_failure(exc, self.name)
+                return False
             finally:
                 self._writing, self._removing = {}, set()
             self._recorded |= set(adds)
@@ -292,6 +305,7 @@ class _Lane:
                 self._removes |= dropped
                 self._dropped -= dropped
                 self._schedule(self.removal_delay)
+            return True
 
     async def _write(self, patch: dict[str, Any]) -> None:
         self.writes += 1
@@ -314,6 +328,28 @@ class _Lane:
         except kube.ConflictError:  # created meanwhile (another flush, a previous leader)
             await self.api.patch(kube.CONFIGMAPS, self.name, patch, self.namespace)
         self._exists = True
+
+
+RETRY_MAX = 5.0
+"""Seconds at most between two attempts to write a lane's pending removals."""
+
+
+def _retry_delay(first: float, failures: int) -> float:
+    """The wait before a lane's next write after `failures` failed ones in a row."""
+    if failures <= 0:
+        return first
+    return min(max(first, 0.1) * 2.0 ** min(failures, 16), RETRY_MAX)
+
+
+def _log_failure(exc: BaseException, lane: str) -> None:
+    """A failed write: quietly while the API server is away (`kube.reachability` says so
+    once), else a warning; a failure that is not an API error is a bug: with its traceback."""
+    if kube.is_unavailable(exc):
+        log.debug("journal_write_failed", lane=lane, error=str(exc))
+    elif isinstance(exc, kube.KubeError):
+        log.warning("journal_write_failed", lane=lane, error=str(exc))
+    else:
+        log.error("journal_write_failed", lane=lane, error=repr(exc), exc_info=exc)
 
 
 def _resolve(batch: asyncio.Future[None] | None, error: BaseException | None) -> None:

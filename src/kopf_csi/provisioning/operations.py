@@ -384,13 +384,18 @@ class Provisioner:
         elif outcome.state is ProvisioningState.FINISHED:
             self.in_progress.pop(key, None)
             self._release(claim)
-        await self.recorder.post(
-            claim,
-            type_=events.WARNING,
-            reason=names.REASON_PROVISIONING_FAILED,
-            message=outcome.message,
-        )
-        log.warning("provisioning_failed", state=outcome.state.name, error=error_text(error))
+        if kube.is_unavailable(error):
+            # The API server is away: said once (`kube.reachability`); the claim is retried
+            # as soon as it is back. A Warning event would only arrive after the claim is Bound.
+            log.debug("provisioning_failed", state=outcome.state.name, error=error_text(error))
+        else:
+            await self.recorder.post(
+                claim,
+                type_=events.WARNING,
+                reason=names.REASON_PROVISIONING_FAILED,
+                message=outcome.message,
+            )
+            log.warning("provisioning_failed", state=outcome.state.name, error=error_text(error))
         if outcome.infeasible:
             self.slow_retries[key] = SlowRetry(time.monotonic(), uid_of(storage_class))
             return retry_after(self.options.retry_interval_max)

@@ -120,6 +120,9 @@ class Reclaimer:
         except (deletions.DeletionError, CSIError, kube.KubeError) as exc:
             text = error_text(exc) if isinstance(exc, CSIError) else str(exc)
             self._observe_failure(volume)
+            if kube.is_unavailable(exc):  # said once, by the client; retried when it is back
+                log.debug("volume_delete_failed", error=text)
+                return RETRY
             log.warning("volume_delete_failed", error=text)
             await self.recorder.post(
                 volume, type_=events.WARNING, reason=names.REASON_VOLUME_FAILED_DELETE,

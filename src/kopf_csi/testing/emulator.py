@@ -26,6 +26,7 @@ or replayed" hold without locks. Call the Python-level API from the cluster's lo
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
@@ -41,7 +42,7 @@ from kopf_csi.testing.kinds import KINDS, Body, Kind
 from kopf_csi.testing.latency import LatencyModel, uniform_writes
 from kopf_csi.testing.serving import HttpServing
 from kopf_csi.testing.store import PROTECTION_FINALIZERS, TEST_MANAGER, PatchType
-from kopf_csi.testing.watches import Change, Subscription
+from kopf_csi.testing.watches import Change, HttpWatch, Subscription
 
 __all__ = [
     "KINDS",
@@ -99,6 +100,7 @@ class EmulatedCluster(HttpServing):
             latency=latency or uniform_writes(write_latency),
         )
         self._runner: aiohttp.web.ServerRunner | None = None
+        self._site: aiohttp.web.TCPSite | None = None
 
     # --- Lifecycle -----------------------------------------------------------------------
 
@@ -109,10 +111,7 @@ class EmulatedCluster(HttpServing):
         server = aiohttp.web.Server(self._on_request, handler_cancellation=True, access_log=None)
         self._runner = aiohttp.web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = aiohttp.web.TCPSite(
-            self._runner, self.host, self.port, ssl_context=_server_tls() if self.tls else None
-        )
-        await site.start()
+        await self._listen()
         self.port = self._runner.addresses[0][1]
         for namespace in self._initial_namespaces:
             self.create("namespaces", {"metadata": {"name": namespace}})
@@ -127,10 +126,70 @@ class EmulatedCluster(HttpServing):
         for listeners in self._listeners.values():
             for listener in list(listeners):
                 listener.close()  # ends the watch streams, so the runner need not wait for them
+        self.control_plane.start_etcd()  # requests held for it end
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         await self._discovery.__aexit__(exc_type, exc, tb)
+
+    async def _listen(self) -> None:
+        assert self._runner is not None
+        self._site = aiohttp.web.TCPSite(
+            self._runner, self.host, self.port, ssl_context=_server_tls() if self.tls else None
+        )
+        await self._site.start()
+
+    # --- Outages (outages.py) -------------------------------------------------------------
+
+    async def restart_apiserver(self, *, drain: float = 1.0, gone: float = 0.5) -> None:
+        """The API server stops, as SIGTERM in a rolling upgrade stops it, and comes back.
+
+        For `drain` seconds it answers some requests, refuses others with 503 `apiserver is
+        shutting down` and resets the connections of others (`outages.DRAIN_CYCLE`); the
+        open watches end at once. Then for `gone` seconds every connection is closed and
+        connects are refused. Then it listens again on the same port, with the same store.
+        """
+        await self.stop_apiserver(drain=drain)
+        await asyncio.sleep(gone)
+        await self.start_apiserver()
+
+    async def stop_apiserver(self, *, drain: float = 1.0) -> None:
+        """The first half of `restart_apiserver`: drain, then stop listening."""
+        self.control_plane.drain()
+        self._end_watches()
+        await asyncio.sleep(drain)
+        self.control_plane.go()
+        self._end_watches()
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+        server = self._runner.server if self._runner is not None else None
+        for handler in list(server.connections if server is not None else ()):
+            transport = handler.transport
+            if transport is not None:
+                transport.abort()
+
+    async def start_apiserver(self) -> None:
+        """The second half of `restart_apiserver`: listen again, serving the same store."""
+        if self._site is None:
+            await self._listen()
+        self.control_plane.come_back()
+
+    async def stop_etcd(self, seconds: float, *, timeout: float | None = None) -> None:
+        """etcd goes away for `seconds`: requests that need it hang, and fail after
+        `timeout` (`ControlPlane.etcd_timeout`) if it is not back by then."""
+        self.control_plane.stop_etcd(timeout)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.control_plane.start_etcd()
+
+    def _end_watches(self) -> None:
+        """End every HTTP watch stream (the in-process subscriptions of the stand-ins go on)."""
+        for listeners in self._listeners.values():
+            for listener in list(listeners):
+                if isinstance(listener, HttpWatch):
+                    listener.close()
 
     @property
     def url(self) -> str:

@@ -34,6 +34,7 @@ Fixtures of the same name in a suite's own conftest.py take precedence over thes
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import pathlib
 import shutil
@@ -46,6 +47,7 @@ import pytest
 
 from kopf_csi.driver import Driver, DriverConfig, Features, running_driver
 from kopf_csi.settings import CSISettings, KubeSettings, Settings
+from kopf_csi.testing.lostexceptions import LostExceptions
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
 
 pytest_asyncio: types.ModuleType | None
@@ -101,8 +103,39 @@ def seed_node(cluster: EmulatedCluster, name: str = NODE, *, driver: str = DRIVE
     )  # fmt: skip
 
 
+_LOST = LostExceptions()
+_BETWEEN: list[str] = []  # collected between tests: the session's failure
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kind: needs Docker and the kind binary; skipped if absent")
+    _LOST.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _LOST.uninstall()
+
+
+@pytest.fixture(autouse=True)
+def _no_lost_task_exceptions() -> Generator[None, None, None]:
+    """Fail a test during which a task's exception was never retrieved (`lostexceptions`):
+    a background task died, and what waited on it may wait for ever."""
+    _BETWEEN.extend(_LOST.take())  # from before this test: the session's (below)
+    yield
+    if lost := _LOST.take():
+        pytest.fail("a task's exception was never retrieved:\n" + "\n".join(lost))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The tasks collected after the last test: the session fails for them."""
+    gc.collect()
+    if lost := _BETWEEN + _LOST.take():
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("a task's exception was never retrieved (after a test):", red=True)
+            for line in lost:
+                reporter.write_line(f"  {line}", red=True)
 
 
 ASYNC_FIXTURES = ("cluster", "kcm", "driver", "operator")

@@ -24,7 +24,8 @@ from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.authorization import Authorizer
 from kopf_csi.testing.faults import OTHER_WRITER, Faults
 from kopf_csi.testing.kinds import Body, Kind
-from kopf_csi.testing.latency import Latency, LatencyModel, uniform_writes
+from kopf_csi.testing.latency import WRITE_METHODS, Latency, LatencyModel, uniform_writes
+from kopf_csi.testing.outages import ControlPlane, Verdict, shutting_down_status, status_bytes
 from kopf_csi.testing.requestlog import RequestLog
 from kopf_csi.testing.store import ObjectStore, PatchType, patch_function
 from kopf_csi.testing.watches import HttpWatch, dumps, event_line
@@ -126,6 +127,8 @@ class HttpServing(ObjectStore):
         self.authorizer = authorizer
         self.bookmark_interval = bookmark_interval
         self.faults = Faults()
+        self.control_plane = ControlPlane()
+        """The API server's and etcd's phase: serving, draining, gone (`outages`)."""
         self.requests = RequestLog()  # every HTTP request, as RBAC sees it (counts only)
         # Watch events sent on HTTP watches (initial ADDED ones included): (plural, type),
         # and their bytes by plural.
@@ -159,6 +162,17 @@ class HttpServing(ObjectStore):
         target = parse_path(request.path)
         watch = request.method == "GET" and _truthy(request.query.get("watch"))
         async with self.latency.request(request.method, target, watch=watch):  # latency.py
+            verdict = self.control_plane.verdict()  # a server going away (outages.py)
+            if verdict is Verdict.RESET:
+                return _reset(request)
+            if verdict is Verdict.SHUTTING_DOWN:
+                return _shutting_down()
+            if target is not None and not watch:  # discovery is served from memory
+                failed = await self.control_plane.wait_for_etcd(
+                    write=request.method in WRITE_METHODS
+                )
+                if failed is not None:
+                    return aiohttp.web.json_response(failed, status=failed["code"], dumps=dumps)
             return await self._route(request, target)
 
     async def _route(
@@ -389,6 +403,23 @@ class HttpServing(ObjectStore):
             if not lines[-1]:
                 break  # closed by the cluster
         await response.write_eof()
+
+
+def _shutting_down() -> aiohttp.web.Response:
+    """A draining server's answer to a request it no longer takes (its `WithWaitGroup`)."""
+    return aiohttp.web.Response(
+        status=503,
+        body=status_bytes(shutting_down_status()),
+        headers={"Retry-After": "1", "X-Content-Type-Options": "nosniff"},
+        content_type="application/json",
+    )
+
+
+def _reset(request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+    """The connection closed under the request: the client reads no answer."""
+    if request.transport is not None:
+        request.transport.abort()
+    return aiohttp.web.Response(status=500)  # never sent: the transport is gone
 
 
 # A request's field validation warnings (fieldValidation=Warn, or none), for its Warning headers.
