@@ -62,7 +62,9 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         work_queue.start()
     memo.reconciler = None
     if attacher.can_reconcile:
-        memo.reconciler = asyncio.create_task(_reconcile(memo, options.reconcile_sync))
+        memo.reconciler = runtime.supervise(
+            memo, _reconcile(memo, options.reconcile_sync), name="attacher-reconciler"
+        )
     memo.stoppers.append(_stopper(memo))
     runtime.subscribe(memo, kube.VOLUME_ATTACHMENTS, _attachment_changed(memo))
     runtime.subscribe(memo, kube.VOLUMES, _volume_changed(memo))

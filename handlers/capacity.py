@@ -28,7 +28,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         return
     if not await runtime.wait_for_driver(memo):
         return
-    task = asyncio.create_task(_poll(memo, settings.capacity.poll_interval))
+    task = runtime.supervise(memo, _poll(memo, settings.capacity.poll_interval), name="capacity")
 
     async def stop() -> None:
         task.cancel()

@@ -46,7 +46,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         options=settings.health,
     )
     memo.health_monitor = monitor
-    task = asyncio.create_task(monitor.run(), name="health-monitor")
+    task = runtime.supervise(memo, monitor.run(), name="health-monitor")
 
     async def stop() -> None:
         task.cancel()

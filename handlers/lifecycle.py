@@ -116,6 +116,7 @@ async def _connect_api(memo: kopf.Memo, config: Settings) -> kube.KubeClient:
         # Go sidecars exit when they cannot build their client (kopf would retry in a minute).
         raise kopf.PermanentError(str(exc)) from exc
     api.observe(metrics.from_memo(memo))  # every request, the pool's waits, new connections
+    metrics.from_memo(memo).watch_reachability(api.reachability)  # outages, in /metrics
     # Back after an outage: what failed during it runs now, not after its backoff (which grew
     # while every attempt failed); the watches reconnect on their own (`informers`).
     loop = asyncio.get_running_loop()
@@ -142,7 +143,9 @@ async def _start_caches(memo: kopf.Memo, api: kube.KubeClient, config: Settings)
     memo.caches = caches = Caches()
     memo.primed_versions = await _prime(api, caches)
     if config.kube.cache_resync > 0:
-        resync = asyncio.create_task(_resync(memo, config.kube.cache_resync), name="cache-resync")
+        resync = runtime.supervise(
+            memo, _resync(memo, config.kube.cache_resync), name="cache-resync"
+        )
         memo.stoppers.append(_cancel(resync))
 
 

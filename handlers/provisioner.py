@@ -90,7 +90,9 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
     memo.claims_queue, memo.volumes_queue = served.claims, served.volumes
     memo.sources_queue = served.sources
     if memo.driver.has_controller("CREATE_DELETE_SNAPSHOT"):
-        served.sweeper = asyncio.create_task(_sweep(provisioner, SNAPSHOT_SWEEP_INTERVAL))
+        served.sweeper = runtime.supervise(
+            memo, _sweep(provisioner, SNAPSHOT_SWEEP_INTERVAL), name="snapshot-sweeper"
+        )
     await _run(memo, served)
 
 
@@ -130,7 +132,7 @@ def _start_backend(memo: kopf.Memo, registration: Registration) -> None:
             await runtime.elect(memo, leases={lease: registration.manager})
         await _run(memo, served, list_claims=late)
 
-    task = asyncio.create_task(run(), name=f"provisioner-{name}")
+    task = runtime.supervise(memo, run(), name=f"provisioner-{name}")
     memo.stoppers.append(_cancel_start(task))
 
 

@@ -77,7 +77,9 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         memo.modifier = Modifier(**common)
         memo.modify_queue = queue("modifier", memo.modifier.sync_claim)
     if memo.resizer is not None or memo.modifier is not None:
-        memo.resizer_resync = asyncio.create_task(_resync(memo, options.resync_period))
+        memo.resizer_resync = runtime.supervise(
+            memo, _resync(memo, options.resync_period), name="resizer-resync"
+        )
     memo.stoppers.append(_stopper(memo))
     runtime.subscribe(memo, kube.CLAIMS, _claim_changed(memo))
     runtime.subscribe(memo, kube.VOLUMES, _volume_changed(memo))

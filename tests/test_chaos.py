@@ -2,8 +2,10 @@
 
 We test these aspects:
 - a short chaos run (40 claims, all attached): the operator SIGKILLed and restarted at least
-  once per phase, the driver restarted once per phase, driver errors and latency, API errors
-  and lost responses; then everything deleted. Every count is 0 at every checkpoint, no
+  once per phase, the driver restarted once per phase, the API server restarted (drained,
+  gone, back) and etcd stopped once per phase, driver errors and latency, API errors and lost
+  responses; then everything deleted. No operator lost a task's exception, and each outage
+  was told once when it began and once when it ended. Every count is 0 at every checkpoint, no
   secret value is in any operator log, object or event, and no operator exited by itself;
 - a short soak run (3 waves of 20 claims) reports one point per wave and ends with nothing left;
 - the counts themselves, on hand-made snapshots: each one sees what it is meant to see;
@@ -46,6 +48,13 @@ async def test_a_short_chaos_run_leaves_every_count_at_zero(tmp_path: pathlib.Pa
     assert tally["driver_restarts"] == 3, text
     assert tally["phases_timed_out"] == 0, text
     assert tally["api_errors"] + tally["lost_responses"] > 0, text
+    assert tally["apiserver_restarts"] == 3, text
+    assert tally["etcd_stops"] == 3, text
+    assert tally["requests_refused_503"] + tally["requests_reset"] > 0, text
+    assert result["lost_task_exceptions"] == 0, text
+    warned = result["outage_warnings"]
+    assert warned["api_unreachable"] >= 3, text  # an operator killed meanwhile may miss one
+    assert warned["api_reachable"] >= 3, text
     assert result["operator_incarnations"] >= 4, text
     calls = result["driver_calls"]
     assert calls["CreateVolume created"] == 40, text

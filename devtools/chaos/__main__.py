@@ -28,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--kills", type=int, default=3, help="operator SIGKILLs per phase")
     parser.add_argument("--driver-restarts", type=int, default=1, help="per phase")
+    parser.add_argument(
+        "--apiserver-restarts", type=int, default=1, help="API server restarts per phase"
+    )
+    parser.add_argument("--etcd-stops", type=int, default=1, help="etcd stops per phase")
     parser.add_argument("--no-api-faults", action="store_true")
     parser.add_argument("--no-driver-faults", action="store_true")
     parser.add_argument("--nodes", type=int, default=4)
@@ -57,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 seed=args.seed,
                 kills=args.kills,
                 driver_restarts=args.driver_restarts,
+                apiserver_restarts=args.apiserver_restarts,
+                etcd_stops=args.etcd_stops,
                 api_faults=not args.no_api_faults,
                 driver_faults=not args.no_driver_faults,
                 nodes=args.nodes,

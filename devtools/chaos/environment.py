@@ -13,7 +13,11 @@ The chaos itself (`Chaos`):
 - driver faults: errors and latency on a fraction of the volume RPCs, and a hang or two that
   only the operator's CSI timeout ends;
 - API faults on a fraction of the requests: conflicts (409) on updates and patches, 5xx on
-  any verb, and "lost responses": a write that is committed but answered with a 504.
+  any verb, and "lost responses": a write that is committed but answered with a 504;
+- the control plane restarted, as an upgrade restarts it (`testing.outages`): the API server
+  drains (some requests served, some answered 503, some connections reset; the watches end),
+  is gone (connects refused), and comes back; etcd stops for a few seconds (requests hang,
+  then fail with its texts). Each restart's return is timed to the phase's goal.
 """
 
 from __future__ import annotations
@@ -311,6 +315,11 @@ class Tally:
     lost_responses: int = 0
     driver_fault_rules: int = 0
     phases_timed_out: int = 0
+    apiserver_restarts: int = 0
+    etcd_stops: int = 0
+    requests_refused_503: int = 0
+    requests_reset: int = 0
+    requests_held_by_etcd: int = 0
 
 
 class Chaos:
@@ -325,11 +334,20 @@ class Chaos:
         driver_restarts: int,
         api_faults: bool = True,
         driver_faults: bool = True,
+        apiserver_restarts: int = 1,
+        etcd_stops: int = 1,
+        outage: tuple[float, float] = (2.0, 1.0),
     ) -> None:
         self.env = env
         self.random = random.Random(seed)
         self.kills = kills
         self.driver_restarts = driver_restarts
+        self.apiserver_restarts = apiserver_restarts
+        self.etcd_stops = etcd_stops
+        self.outage = outage
+        """Seconds an API server restart drains, then is gone (etcd stops for the first)."""
+        self.back_at: float | None = None
+        """When the phase's last control-plane restart ended (`time.monotonic()`)."""
         self.api_faults = api_faults
         self.driver_faults = driver_faults
         self.tally = Tally()
@@ -342,15 +360,26 @@ class Chaos:
         rng = self.random
         kills = sorted(rng.uniform(0.05, 0.9) for _ in range(self.kills))
         restarts = sorted(rng.uniform(0.05, 0.9) for _ in range(self.driver_restarts))
+        # The control plane goes while work is in flight (not at the very start: a claim
+        # must be on its way), then etcd; each one at a time, never with a kill at once.
+        outages = sorted(rng.uniform(0.1, 0.7) for _ in range(self.apiserver_restarts))
+        etcd = sorted(rng.uniform(0.1, 0.7) for _ in range(self.etcd_stops))
+        self.back_at = None
         if self.driver_faults:
             self._install_driver_faults()
         if self.api_faults:
             self.env.cluster.error_rate, self.env.cluster.lost_rate = API_ERROR_RATE, API_LOST_RATE
         deadline = time.monotonic() + timeout
         try:
-            while not goal() or kills or restarts:
+            while not goal() or kills or restarts or outages or etcd:
                 done = progress()
-                if kills and (done >= kills[0] or goal()):
+                if outages and (done >= outages[0] or goal()):
+                    outages.pop(0)
+                    await self._restart_apiserver()
+                elif etcd and (done >= etcd[0] or goal()):
+                    etcd.pop(0)
+                    await self._stop_etcd()
+                elif kills and (done >= kills[0] or goal()):
                     kills.pop(0)
                     await self._kill_operator()
                 elif restarts and (done >= restarts[0] or goal()):
@@ -399,6 +428,27 @@ class Chaos:
             self.tally.operator_kills += 1
             self.tally.kills_during_startup += 1
         await env.start_operator()
+
+    async def _restart_apiserver(self) -> None:
+        cluster = self.env.cluster
+        drain, gone = self.outage
+        await cluster.restart_apiserver(drain=drain, gone=gone)
+        self.back_at = time.monotonic()
+        self.tally.apiserver_restarts += 1
+        self._count_outage()
+
+    async def _stop_etcd(self) -> None:
+        cluster = self.env.cluster
+        await cluster.stop_etcd(self.outage[1] * 2, timeout=self.outage[1])
+        self.back_at = time.monotonic()
+        self.tally.etcd_stops += 1
+        self._count_outage()
+
+    def _count_outage(self) -> None:
+        plane = self.env.cluster.control_plane
+        self.tally.requests_refused_503 = plane.answered_503
+        self.tally.requests_reset = plane.reset
+        self.tally.requests_held_by_etcd = plane.hung
 
     async def _restart_driver(self) -> None:
         driver = self.env.driver

@@ -49,6 +49,13 @@ def format_chaos(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"phases under chaos: {phases}",
+        "goal reached after the control plane's last return: "
+        + ", ".join(
+            f"{k} {'-' if v is None else f'{v:g} s'}"
+            for k, v in result.get("converged_after_control_plane", {}).items()
+        ),
+        f"lost task exceptions: {result.get('lost_task_exceptions', 0)}; outage warnings: "
+        + ", ".join(f"{k} {v}" for k, v in result.get("outage_warnings", {}).items()),
         "driver calls: " + ", ".join(f"{k} {v}" for k, v in result["driver_calls"].items()),
         f"secret values searched for: {searched['values']} in {searched['sources']} sources "
         f"({searched['bytes']:,} bytes); found: {len(result['secret_exposures'])}",

@@ -67,6 +67,10 @@ class ChaosOptions:
     """Operator SIGKILLs per phase (some phases add one more during a start-up)."""
     driver_restarts: int = 1
     """Driver restarts per phase."""
+    apiserver_restarts: int = 1
+    """API server restarts per phase (drained, gone, back: `testing.outages`)."""
+    etcd_stops: int = 1
+    """etcd stops per phase."""
     api_faults: bool = True
     driver_faults: bool = True
     nodes: int = 4
@@ -314,7 +318,10 @@ async def run_chaos(options: ChaosOptions, progress: Progress | None = None) -> 
             driver_restarts=options.driver_restarts,
             api_faults=options.api_faults,
             driver_faults=options.driver_faults,
+            apiserver_restarts=options.apiserver_restarts,
+            etcd_stops=options.etcd_stops,
         )
+        converged: dict[str, float | None] = {}
         checkpoints: list[dict[str, Any]] = []
         phases: dict[str, float] = {}
         checker = LeakChecker(credentials.values())  # the secrets helper's reusable checker
@@ -343,6 +350,8 @@ async def run_chaos(options: ChaosOptions, progress: Progress | None = None) -> 
                 finally:
                     await task
             phases[label] = round(time.monotonic() - begun, 2)
+            back = chaos.back_at  # the goal held this long after the control plane's return
+            converged[label] = None if back is None else round(time.monotonic() - back, 2)
             async with progress.showing(lambda: f"checkpoint after {label} ..."):
                 checkpoint = await env.checkpoint(
                     label, goal, timeout=timeout, expect_empty=expect_empty
@@ -387,6 +396,7 @@ async def run_chaos(options: ChaosOptions, progress: Progress | None = None) -> 
         checker.scan_paths([env.workdir / "calls.jsonl"])
         checker.scan_cluster(cluster)  # the events, and whatever is left
         exposures = [str(leak) for leak in checker.leaks]
+        lost = _lost_task_exceptions(env.log_paths)
         result: dict[str, Any] = {
             "mode": "chaos",
             "config": {
@@ -399,6 +409,9 @@ async def run_chaos(options: ChaosOptions, progress: Progress | None = None) -> 
             },
             "seconds": round(time.monotonic() - started, 1),
             "phases": phases,
+            "converged_after_control_plane": converged,
+            "lost_task_exceptions": lost,
+            "outage_warnings": _outage_warnings(env.log_paths),
             "chaos": dataclasses.asdict(chaos.tally),
             "operator_incarnations": env.incarnations,
             "operator_start_failures": len(env.start_failures),
@@ -422,8 +435,29 @@ async def run_chaos(options: ChaosOptions, progress: Progress | None = None) -> 
             and not exposures
             and not env.crashes
             and not chaos.tally.phases_timed_out
+            and not lost
         )
     return result
+
+
+LOST_TASK = "exception was never retrieved"
+
+
+def _lost_task_exceptions(paths: list[pathlib.Path]) -> int:
+    """Lines of asyncio's "Task exception was never retrieved" in every operator's log: a
+    background task died, and whoever awaited it may wait for ever (issue 30)."""
+    return sum(path.read_text(errors="replace").count(LOST_TASK) for path in paths if path.exists())
+
+
+def _outage_warnings(paths: list[pathlib.Path]) -> dict[str, int]:
+    """How often the operators said the API server went away and came back."""
+    counts = dict.fromkeys(("api_unreachable", "api_reachable"), 0)
+    for path in paths:
+        if path.exists():
+            text = path.read_text(errors="replace")
+            for event in counts:
+                counts[event] += text.count(f'"{event}"')
+    return counts
 
 
 # -- soak ----------------------------------------------------------------------------------------

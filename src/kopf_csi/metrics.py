@@ -60,6 +60,7 @@ __all__ = [
     "ScrapedBucket",
     "ScrapedJournal",
     "ScrapedQueue",
+    "ScrapedReachability",
     "from_memo",
     "grpc_code_name",
 ]
@@ -109,6 +110,9 @@ _HELP_LOOP_LAG = "Seconds the operator's event loop ran a timer late (due every 
 _HELP_JOURNAL_RECORDS = "Claims recorded in the in-flight journal before their CreateVolume"
 _HELP_JOURNAL_WAIT = "Seconds claims waited for their in-flight journal record to be durable"
 _HELP_JOURNAL_WRITES = "Writes of the in-flight journal's ConfigMaps (each commits many records)"
+_HELP_UNREACHABLE = "1 while the API server does not answer the operator's requests, else 0"
+_HELP_OUTAGES = "Times the API server stopped answering the operator's requests"
+_HELP_UNREACHABLE_SECONDS = "Seconds the API server did not answer, over every outage so far"
 
 
 class ScrapedQueue(Protocol):
@@ -143,6 +147,19 @@ class ScrapedJournal(Protocol):
     def waited(self) -> float: ...
     @property
     def writes(self) -> int: ...
+
+
+class ScrapedReachability(Protocol):
+    """What a scrape reads of the API server's reachability (`reachability.Reachability`)."""
+
+    @property
+    def reachable(self) -> bool: ...
+    @property
+    def outages(self) -> int: ...
+    @property
+    def unreachable_seconds(self) -> float: ...
+    @property
+    def down_since(self) -> float | None: ...
 
 
 def grpc_code_name(code: Code) -> str:
@@ -307,6 +324,10 @@ class Metrics:
         """Count a journal's records, their wait and its writes, read when scraped."""
         self.journals[journal.name] = journal
 
+    def watch_reachability(self, reachability: ScrapedReachability) -> None:
+        """Whether the API server answers, its outages and their seconds, read when scraped."""
+        self.registry.register(_ReachabilityCollector(reachability))
+
     def _child(self, family: Any, *labels: str) -> Any:
         """`family.labels(*labels)`, remembered: the client's lookup validates and locks each
         time, and the hooks run several times per volume (about 0.1 ms of CPU per volume)."""
@@ -398,6 +419,29 @@ class _JournalCollector(_Scraped):
             waited.add_metric([name], journal.waited)
             writes.add_metric([name], journal.writes)
         return [records, waited, writes]
+
+
+class _ReachabilityCollector(_Scraped):
+    """The API server's reachability as the operator's requests see it (`watch_reachability`):
+    `kopf_csi_api_unreachable` (1 during an outage), `kopf_csi_api_outages_total` and
+    `kopf_csi_api_unreachable_seconds_total` (the current outage's seconds included)."""
+
+    def __init__(self, reachability: ScrapedReachability) -> None:
+        self._reachability = reachability
+
+    def _families(self) -> list[Metric]:
+        state = self._reachability
+        unreachable = GaugeMetricFamily(names.METRIC_API_UNREACHABLE, _HELP_UNREACHABLE)
+        unreachable.add_metric([], 0 if state.reachable else 1)
+        outages = CounterMetricFamily(names.METRIC_API_OUTAGES, _HELP_OUTAGES)
+        outages.add_metric([], state.outages)
+        since = state.down_since
+        current = 0.0 if since is None else max(0.0, time.monotonic() - since)
+        seconds = CounterMetricFamily(
+            names.METRIC_API_UNREACHABLE_SECONDS, _HELP_UNREACHABLE_SECONDS
+        )
+        seconds.add_metric([], state.unreachable_seconds + current)
+        return [unreachable, outages, seconds]
 
 
 def from_memo(memo: Any) -> Metrics:

@@ -273,6 +273,9 @@ of anything that became ready at that moment)."""
 METRIC_JOURNAL_RECORDS: Final = "kopf_csi_journal_records"
 METRIC_JOURNAL_RECORD_WAIT: Final = "kopf_csi_journal_record_wait_seconds"
 METRIC_JOURNAL_WRITES: Final = "kopf_csi_journal_writes"
+METRIC_API_UNREACHABLE: Final = "kopf_csi_api_unreachable"
+METRIC_API_OUTAGES: Final = "kopf_csi_api_outages"
+METRIC_API_UNREACHABLE_SECONDS: Final = "kopf_csi_api_unreachable_seconds"
 """Ours, counters (`_total` added), label `journal` (its ConfigMap's base name): the claims
 recorded in the in-flight journal before their CreateVolume, the seconds they waited for their
 record to be durable, and the journal's writes (one write commits every record waiting)."""

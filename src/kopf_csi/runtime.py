@@ -44,6 +44,7 @@ __all__ = [
     "startup_handler_ids",
     "stop_work",
     "subscribe",
+    "supervise",
     "wait_for_driver",
 ]
 
@@ -430,6 +431,31 @@ async def stop_work(memo: Any) -> None:
             await stop()
         except Exception as exc:
             _log.warning("controller_stop_failed", error=str(exc))
+
+
+def supervise(memo: Any, coro: Awaitable[Any], *, name: str) -> asyncio.Task[Any]:
+    """Run `coro` as a background task that must never end on an error.
+
+    Each loop catches the errors it expects and retries (an API server away included); one
+    that escapes anyway is a bug, and a dead loop leaves its work undone while the process runs
+    on, healthy to every probe. So it takes the operator down instead: logged with its
+    traceback, `/healthz` failing with its name, and the operator stopped with exit code 1, so
+    that Kubernetes restarts it. A task that returns, or is cancelled (a stop), is no failure.
+    """
+    task = asyncio.ensure_future(coro)
+    task.set_name(name)
+
+    def ended(task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or (error := task.exception()) is None:
+            return  # `exception()` also marks it retrieved: never "never retrieved"
+        _log.critical("background_task_died", task=name, error=repr(error), exc_info=error)
+        if getattr(memo, "health_checks", None) is None:
+            memo.health_checks = {}
+        memo.health_checks[f"task {name}"] = lambda: (False, f"{name} died: {error!r}")
+        request_stop(memo, f"the background task {name} died: {error!r}")
+
+    task.add_done_callback(ended)
+    return task
 
 
 def request_stop(memo: Any, reason: str) -> None:

@@ -232,3 +232,32 @@ async def test_the_operators_own_waits_are_counted(
     assert value(samples, "kopf_csi_journal_records_total", **journal) >= 1
     assert value(samples, "kopf_csi_journal_writes_total", **journal) >= 1
     assert value(samples, "kopf_csi_journal_record_wait_seconds_total", **journal) > 0
+
+
+async def test_an_outage_of_the_api_server_shows_in_the_metrics(
+    cluster: EmulatedCluster, operator: OperatorThread
+) -> None:
+    """`kopf_csi_api_unreachable` is 1 while the API server is away and 0 once it is back;
+    the outage is counted, and its seconds (at least the time the server was gone)."""
+    samples = await scrape(operator)
+    assert value(samples, "kopf_csi_api_unreachable") == 0
+    assert value(samples, "kopf_csi_api_outages_total") == 0
+    await cluster.stop_apiserver(drain=0.0)
+    try:
+        started = time.monotonic()
+        while operator.memo.api.reachability.reachable:  # a watch or the probe finds out
+            assert time.monotonic() - started < 15, "the outage was never noticed"
+            await asyncio.sleep(0.05)
+        samples = await scrape(operator)
+        assert value(samples, "kopf_csi_api_unreachable") == 1
+        await asyncio.sleep(0.5)
+    finally:
+        await cluster.start_apiserver()
+    started = time.monotonic()
+    while not operator.memo.api.reachability.reachable:
+        assert time.monotonic() - started < 15, "the return was never noticed"
+        await asyncio.sleep(0.05)
+    samples = await scrape(operator)
+    assert value(samples, "kopf_csi_api_unreachable") == 0
+    assert value(samples, "kopf_csi_api_outages_total") == 1
+    assert (value(samples, "kopf_csi_api_unreachable_seconds_total") or 0) >= 0.5

@@ -119,6 +119,9 @@ class Provisioner:
         self.in_progress: dict[str, Body] = {}
         """Claims whose CreateVolume may still run on the driver (claimsInProgress)."""
         self.slow_retries: dict[str, SlowRetry] = {}
+        self.saves_in_doubt: set[str] = set()
+        """PVs whose POST got no answer: they may exist. Read before the claim's next attempt,
+        which would otherwise call CreateVolume again before the PV's watch event came."""
         self.competing: dict[str, tuple[int, float | None]] = {}
         """Node deployment: Immediate claims we wait to claim (attempts, when to try)."""
 
@@ -144,6 +147,8 @@ class Provisioner:
     async def _sync_claim(self, key: str, claim: Body) -> Outcome:
         storage_class = self.caches.storage_classes.get(naming.claim_class_name(claim))
         volume_name = self._volume_name(claim)
+        if volume_name in self.saves_in_doubt and not await self._settle_doubt(volume_name):
+            return RETRY  # the API server does not answer yet: said once, by the client
         try:
             decision = decisions.should_provision(
                 claim,
@@ -356,10 +361,26 @@ class Provisioner:
             created = existing
         except kube.KubeError as exc:
             # The driver has the volume now: keep retrying with the same name (idempotent).
+            if kube.is_unavailable(exc) and not exc.status:  # no answer: it may have landed
+                self.saves_in_doubt.add(name)
             raise ProvisioningError(
                 f"error saving volume {name}: {exc}", state=ProvisioningState.IN_BACKGROUND
             ) from exc
         self.caches.volumes.store(created)
+
+    async def _settle_doubt(self, name: str) -> bool:
+        """Whether the PV whose POST got no answer is known now: read, and cached if it
+        landed (then the claim is done: no second CreateVolume, no second PV)."""
+        if name not in self.caches.volumes:
+            try:
+                found = await self.api.get(kube.VOLUMES, name)
+            except kube.KubeError as exc:
+                log.debug("volume_save_in_doubt", volume=name, error=str(exc))
+                return False
+            if found is not None:
+                self.caches.volumes.store(found)
+        self.saves_in_doubt.discard(name)
+        return True
 
     async def _existing_volume(self, name: str) -> Body | None:
         try:

@@ -156,10 +156,10 @@ class EmulatedCluster(HttpServing):
     async def stop_apiserver(self, *, drain: float = 1.0) -> None:
         """The first half of `restart_apiserver`: drain, then stop listening."""
         self.control_plane.drain()
-        self._end_watches()
+        self.end_watches()
         await asyncio.sleep(drain)
         self.control_plane.go()
-        self._end_watches()
+        self.end_watches()
         if self._site is not None:
             await self._site.stop()
             self._site = None
@@ -184,9 +184,12 @@ class EmulatedCluster(HttpServing):
         finally:
             self.control_plane.start_etcd()
 
-    def _end_watches(self) -> None:
-        """End every HTTP watch stream (the in-process subscriptions of the stand-ins go on)."""
-        for listeners in self._listeners.values():
+    def end_watches(self, plural: str | None = None) -> None:
+        """End every HTTP watch stream (of `plural`, or all): the clients watch again. The
+        in-process subscriptions of the stand-ins go on."""
+        for kind, listeners in self._listeners.items():
+            if plural is not None and kind.plural != plural:
+                continue
             for listener in list(listeners):
                 if isinstance(listener, HttpWatch):
                     listener.close()

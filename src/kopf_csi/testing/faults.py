@@ -14,7 +14,7 @@ from typing import Any
 
 from kopf_csi.testing.kinds import Body
 
-__all__ = ["OTHER_WRITER", "Fault", "Faults", "Race"]
+__all__ = ["LOST_ANSWER", "OTHER_WRITER", "Fault", "Faults", "Race"]
 
 
 @dataclasses.dataclass
@@ -39,6 +39,9 @@ class Fault:
         )  # fmt: skip
         return all(want is None or want == got for want, got in wanted)
 
+
+LOST_ANSWER = 0
+"""A fault's code for `Faults.lose_answer`: served, and the answer never sent."""
 
 OTHER_WRITER = "other-writer"
 """The field manager of the writes `Faults.lose_race` makes before ours."""
@@ -98,6 +101,20 @@ class Faults:
     ) -> Fault:
         """With `body`, answer `code` with that text as a JSON response (`"{not json"`)."""
         fault = Fault(code, verb, resource, name, times, message, body, subresource)
+        self._faults.append(fault)
+        return fault
+
+    def lose_answer(
+        self,
+        *,
+        verb: str | None = None,
+        resource: str | None = None,
+        name: str | None = None,
+        times: int | None = 1,
+    ) -> Fault:
+        """Serve matching requests, then close the connection before the answer goes out: a
+        write lands and its client sees only a reset (a server going away mid-request)."""
+        fault = Fault(LOST_ANSWER, verb, resource, name, times)
         self._faults.append(fault)
         return fault
 

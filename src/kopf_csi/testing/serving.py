@@ -22,7 +22,7 @@ import kmock
 from kopf_csi.testing import apimachinery, discovery, openapi, tables
 from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.authorization import Authorizer
-from kopf_csi.testing.faults import OTHER_WRITER, Faults
+from kopf_csi.testing.faults import LOST_ANSWER, OTHER_WRITER, Faults
 from kopf_csi.testing.kinds import Body, Kind
 from kopf_csi.testing.latency import WRITE_METHODS, Latency, LatencyModel, uniform_writes
 from kopf_csi.testing.outages import ControlPlane, Verdict, shutting_down_status, status_bytes
@@ -189,6 +189,8 @@ class HttpServing(ObjectStore):
             response = await self._serve(request, target)
         except StatusError as error:
             return aiohttp.web.json_response(error.status(), status=error.code, dumps=dumps)
+        if request.get(_LOSE_ANSWER):
+            return _reset(request)
         for warning in request.get(_WARNINGS, ()):
             response.headers.add("Warning", f'299 - "{dumps(warning)[1:-1]}"')
         return response
@@ -215,6 +217,9 @@ class HttpServing(ObjectStore):
         fault = self.faults.take(
             verb=verb, plural=kind.plural, name=target.name, subresource=target.subresource
         )
+        if fault is not None and fault.code == LOST_ANSWER:
+            request[_LOSE_ANSWER] = True  # served below, then the connection is dropped
+            fault = None
         if fault is not None and fault.body is not None:
             return aiohttp.web.Response(
                 status=fault.code, text=fault.body, content_type="application/json"
@@ -421,6 +426,9 @@ def _reset(request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         request.transport.abort()
     return aiohttp.web.Response(status=500)  # never sent: the transport is gone
 
+
+# A request served whose answer is lost (`Faults.lose_answer`).
+_LOSE_ANSWER = aiohttp.web.RequestKey("kopf_csi_lose_answer", bool)
 
 # A request's field validation warnings (fieldValidation=Warn, or none), for its Warning headers.
 _WARNINGS = aiohttp.web.RequestKey("kopf_csi_warnings", list[str])
