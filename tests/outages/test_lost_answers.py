@@ -3,8 +3,8 @@
 A server going away mid-request may commit a write and never answer it. The retry then meets
 the object its own first attempt made or changed. We test these aspects:
 - a PV POST that landed without an answer, the PVs' watch down meanwhile: the claim's next
-  attempt finds the PV (read before any CreateVolume), so the driver is called once, the claim is Bound, and there is no Warning
-  event, no warning line;
+  attempt finds the PV (read before any CreateVolume), so the driver is called once, one PV
+  is made, and there is no Warning event, no warning line;
 - during the deletion, the PV's finalizer removal that landed without an answer: the volume
   goes, DeleteVolume is called once, and nothing is logged as a failure.
 """
