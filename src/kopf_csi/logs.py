@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sys
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Literal, TextIO
@@ -106,6 +107,27 @@ def kopf_reference(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableM
             value = ref.get(key)
             if value:
                 event[key] = str(value)
+    return event
+
+
+OUTAGE_TEXT = re.compile(r"\((?:no answer|50[234] [A-Za-z]+)\) |etcdserver: ")
+"""How an error of the API server being away reads (`kube.UnavailableError`'s text, also
+inside another error's: `cannot record in-flight claims: (no answer) ...`)."""
+
+
+def quiet_outages(_: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A warning whose `error` says the API server was away is dropped (kept at debug level).
+
+    The outage is logged once when it begins and once when it ends (`kopf_csi.reachability`),
+    with the number of requests that failed meanwhile; a warning per failed request said the
+    same 700 times in a 22 s outage on a real control plane. The hot paths choose their level
+    themselves (`kube.is_unavailable`); this is the net under the rest (a start-up's retries,
+    a resync, a health check).
+    """
+    if method in ("warning", "warn") and OUTAGE_TEXT.search(str(event.get("error", ""))):
+        if not logging.getLogger().isEnabledFor(logging.DEBUG):
+            raise structlog.DropEvent
+        event["during_outage"] = True
     return event
 
 
@@ -256,6 +278,7 @@ def follow_kopf() -> bool:
     structlog.configure(
         processors=[
             structlog.stdlib.filter_by_level,  # kopf's level: debug only with --verbose
+            quiet_outages,
             structlog.contextvars.merge_contextvars,
             expand_object,
             structlog.processors.format_exc_info,
@@ -312,6 +335,7 @@ def configure(
     structlog.configure(
         processors=[
             structlog.stdlib.filter_by_level,  # drop disabled levels before any work
+            quiet_outages,
             *_shared(),
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],

@@ -155,3 +155,32 @@ async def test_etcd_back_in_time_serves_the_waiting_request(
     assert created["metadata"]["name"] == "a"
     assert cluster.control_plane.hung == 1
     await stopping
+
+
+@pytest.mark.parametrize(
+    ("error", "dropped"),
+    [
+        ("(no answer) GET /api/v1/nodes: the API server did not answer: Server disconnected", True),
+        (
+            "cannot record in-flight claims: (503 ServiceUnavailable) apiserver is shutting down",
+            True,
+        ),
+        ("(504 Timeout) Timeout: request did not complete within requested timeout", True),
+        ("(500 InternalError) Internal error occurred: etcdserver: request timed out", True),
+        ('(404 NotFound) persistentvolumeclaims "x" not found', False),
+        ("(500 InternalError) something else", False),
+    ],
+)
+def test_a_warning_about_the_outage_is_dropped_below_debug(error: str, dropped: bool) -> None:
+    """The net under every warning line (`logs.quiet_outages`): an error that says the API
+    server was away is not a warning of its own (the outage was told once)."""
+    from kopf_csi import logs
+
+    try:
+        logs.quiet_outages(None, "warning", {"event": "x", "error": error})
+    except structlog.DropEvent:
+        assert dropped
+    else:
+        assert not dropped
+    kept = logs.quiet_outages(None, "info", {"event": "x", "error": error})
+    assert kept["error"] == error  # only warnings
