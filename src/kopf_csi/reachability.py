@@ -104,7 +104,7 @@ class Reachability:
         self._back.clear()
         log.warning(
             "api_unreachable",
-            error=str(error),
+            first_failure=str(error),  # not `error`: `logs.quiet_outages` would drop it
             hint="the API server does not answer: work waits and is retried when it is back",
         )
         self._start_probing()

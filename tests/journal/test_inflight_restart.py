@@ -161,7 +161,16 @@ async def test_an_unwritable_journal_stops_create_volume(
                 for e in cluster.objects("events")
             )
 
-        await until(failed)
+        def tried() -> bool:
+            return cluster.requests.count(verb="patch", resource="configmaps") >= 3
+
+        if status == 503:
+            # The server says it is away: an outage, told once by the client, with no
+            # Warning event per claim (docs/decisions.md, "Control-plane outages").
+            await until(tried)
+            assert not failed()
+        else:
+            await until(failed)
         assert not driver.state.volumes  # nothing was sent to the driver unrecorded
         for fault in faults:
             cluster.faults.remove(fault)
