@@ -127,8 +127,10 @@ def in_flight(rpc: str, timeout: float) -> re.Pattern[str]:
 
 
 def _durations_apart(text: str) -> str:
-    """`in flight for 12.3s` → `in flight for N.Ns`: what differs between two runs."""
-    return re.sub(r"\d+\.\ds\b", "N.Ns", text)
+    """`in flight for 12.3s` → `in flight for N.Ns`, `in work for 5m12s` → `in work for N`:
+    what differs between two runs."""
+    text = re.sub(r"\d+\.\ds\b", "N.Ns", text)
+    return re.sub(r"\b\d+h(?:\d+m)?\b|\b\d+m(?:\d+s)?\b|\b\d+s\b", "N", text)
 
 
 async def until_explained(explain: Any, target: str, blocker: str, *extra: str) -> Explained:

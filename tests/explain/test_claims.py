@@ -56,8 +56,14 @@ async def test_a_class_whose_provisioner_no_operator_serves(
     await make_storage_class(cluster, operator, provisioner="other.example.com")
     make_claim(cluster)
     found = await until_explained(explain, CLAIM, "provisioner-unserved")
-    assert "no running operator serves provisioner other.example.com" in found.text.first_line
-    assert "no Lease other-example-com in any namespace" in found.json["summary"]
+    assert found.json["summary"] == (
+        "no operator with leader election serves other.example.com: no Lease other-example-com"
+        " in any namespace; and nothing shows one running without it: no event from its"
+        " provisioner in any namespace"
+    )
+    assert _has(found.text.evidence, "Lease other-example-com: none in any namespace")
+    assert _has(found.text.evidence, "provisioner other.example.com: no event from it")
+    assert any("without --leader-election" in step for step in found.json["next"])
     assert _has(found.text.evidence, "StorageClass sc: provisioner other.example.com")
     assert _has(found.text.evidence, "CSIDriver other.example.com: not registered")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pathlib
+import re
 from typing import Any
 
 import pytest
@@ -200,3 +201,45 @@ async def test_a_claim_held_by_the_operators_own_rate_limit(
     facts = [line for line in held.text.evidence if "rate limit" in line]
     assert facts, held.text.evidence
     assert facts[0].startswith("operator: csi-provisioner's API requests wait for its rate limit")
+
+
+async def test_a_claim_held_in_work_longer_than_in_work_after(
+    cluster: EmulatedCluster,
+    kcm: Any,
+    operator: OperatorThread,
+    driver: Driver,
+    explain: Any,
+    operator_url: str,
+) -> None:
+    """A worker on one claim past `--in-work-after` (here 1 s, not its default minute): the
+    first blocker, and what it waits on, the CreateVolume the driver holds. Below the
+    threshold the same claim is waiting for the driver, as before."""
+    driver.faults.hang("CreateVolume", times=1)  # for 30 s
+    await make_storage_class(cluster, operator)
+    make_claim(cluster)
+    waiting = await until_explained(
+        explain, "pvc/default/data", "in-flight", "--operator", operator_url
+    )
+    assert waiting.json["state"] == "progressing"
+    held = await until_explained(
+        explain, "pvc/default/data", "in-work", "--operator", operator_url, "--in-work-after", "1"
+    )
+    summary = held.json["summary"]
+    assert re.fullmatch(
+        r"in work for \d+s, waiting on CreateVolume: in flight for \d+s \(timeout 30s\)", summary
+    ), summary
+    assert held.text.first_line.startswith(
+        "BLOCKED: persistentvolumeclaim/default/data: in work for "
+    ), held.text.first_line
+    assert held.text.code == 1
+    assert held.json["state"] == "blocked"
+    assert held.json["next"][0].startswith("check the CSI driver (its logs, its back end):")
+    # The evidence keeps the operator's own words: its queue, and the call in seconds.
+    assert any(
+        line.startswith("operator: in its claims queue, being worked on for ")
+        for line in held.text.evidence
+    ), held.text.evidence
+    assert any(
+        in_flight("operator: CreateVolume", CSI_TIMEOUT).fullmatch(line)
+        for line in held.text.evidence
+    ), held.text.evidence

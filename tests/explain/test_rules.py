@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kopf_csi.explain.observed import Observed, State
-from kopf_csi.explain.rules import diagnose, grpc_code
+from kopf_csi.explain.rules import diagnose, duration, grpc_code
 from kopf_csi.targets import Target, TargetError, parse_target
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
@@ -397,3 +397,158 @@ def test_resize_rules(
     volume = {"metadata": {"name": "pv"}, "status": {"phase": "Bound"}}
     diagnosis = diagnose(_seen(object=claim, volume=volume, operator=operator))
     assert (diagnosis.blocker, diagnosis.summary) == (blocker, summary)
+
+
+# -- no live Lease: what is known, and what is not -------------------------------------------
+
+ELSEWHERE = {  # the provisioner's start on another claim, from its own event source
+    "type": "Normal", "reason": "Provisioning", "lastTimestamp": "2026-01-01T11:59:30Z",
+    "source": {"component": "d.example.com_host-1_0f3c"},
+    "involvedObject": {"kind": "PersistentVolumeClaim", "namespace": "ns", "name": "other",
+                       "uid": "u2"},
+    "message": 'External provisioner is provisioning volume for claim "ns/other"',
+}  # fmt: skip
+FREE = {**LIVE, "spec": {"holderIdentity": "", "leaseDurationSeconds": 15,
+                          "renewTime": "2026-01-01T11:00:00.000000Z"}}  # fmt: skip
+EXPIRED = {**LIVE, "spec": {**LIVE["spec"], "renewTime": "2026-01-01T11:00:00.000000Z"}}
+
+
+@pytest.mark.parametrize(
+    ("leases", "blocker", "lease_text"),
+    [
+        ([], "provisioner-unserved", "no Lease d-example-com in any namespace"),
+        ([FREE], "lease-free", "its Lease is held by nobody"),
+        (
+            [EXPIRED], "lease-stale",
+            "the Lease is held by r1, which stopped renewing it (by this machine's clock)",
+        ),
+    ],
+)  # fmt: skip
+def test_no_live_lease_and_no_work_says_what_is_known(
+    leases: list[dict[str, Any]], blocker: str, lease_text: str
+) -> None:
+    """Only "no operator with leader election": one without it takes no Lease, and the verdict
+    says how to look for one."""
+    seen = _seen(storage_class_name="sc", storage_class=SC, lease_name="d-example-com")
+    seen.leases = leases
+    diagnosis = diagnose(seen)
+    assert diagnosis.blocker == blocker
+    assert diagnosis.summary == (
+        f"no operator with leader election serves d.example.com: {lease_text}; and nothing"
+        " shows one running without it: no event from its provisioner in any namespace"
+    )
+    assert (
+        "provisioner d.example.com: no event from it in any namespace (the API server keeps"
+        " events for an hour by default)"
+    ) in diagnosis.evidence
+    assert any(
+        step.startswith("an operator run without --leader-election (the Go sidecars' default)")
+        and "--operator" in step
+        for step in diagnosis.next_steps
+    ), diagnosis.next_steps
+
+
+def test_work_older_than_a_lease_is_said_and_does_not_count() -> None:
+    older = {**ELSEWHERE, "lastTimestamp": "2026-01-01T10:00:00Z"}
+    diagnosis = diagnose(
+        _seen(storage_class_name="sc", storage_class=SC, leases=[FREE], provisioner_event=older)
+    )
+    assert diagnosis.blocker == "lease-free"
+    assert diagnosis.summary.endswith(
+        "its provisioner's newest event is from 2.0h ago, before the Lease's last renewal"
+    )
+    assert (
+        "provisioner d.example.com: its newest event Provisioning on claim ns/other (2.0h ago)"
+        in diagnosis.evidence
+    )
+
+
+@pytest.mark.parametrize(
+    ("leases", "fact"),
+    [
+        ([], "event Provisioning on claim ns/other (30s ago), and no Lease: an operator serves"
+             " d.example.com without leader election"),
+        ([FREE], "event Provisioning on claim ns/other (30s ago) is newer than the Lease's last"
+                 " renewal: an operator serves d.example.com without leader election"),
+        ([EXPIRED], "event Provisioning on claim ns/other (30s ago) is newer than the Lease's"
+                    " last renewal: an operator serves d.example.com without leader election"),
+    ],
+)  # fmt: skip
+def test_newer_work_on_another_claim_shows_an_operator_without_leader_election(
+    leases: list[dict[str, Any]], fact: str
+) -> None:
+    """The claim has no event of its own (queued, or held before its first): the provisioner's
+    work elsewhere shows the operator, and the verdict says what can tell more."""
+    seen = _seen(storage_class_name="sc", storage_class=SC, provisioner_event=ELSEWHERE)
+    seen.leases = leases
+    diagnosis = diagnose(seen)
+    assert diagnosis.blocker == "provisioning"
+    assert diagnosis.state is State.PROGRESSING
+    assert diagnosis.summary == (
+        "waiting for d.example.com to provision the volume: its provisioner has posted no event"
+        " about this claim yet"
+    )
+    assert fact in diagnosis.evidence
+    assert "--operator http://POD-IP:PORT" in diagnosis.next_steps[0]
+    # Asked, an operator that knows nothing of the claim says so.
+    state = {"provisioners": ["d.example.com"], "standby": False, "queues": [], "calls": []}
+    seen.operator = state
+    diagnosis = diagnose(seen)
+    assert diagnosis.blocker == "provisioning"
+    assert (
+        "operator: has not seen the claim (in none of its queues, no event about it, no CSI call"
+        " for it)" in diagnosis.evidence
+    )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.4, "0s"), (42.0, "42s"), (60.0, "1m"), (312.2, "5m12s"), (3600.0, "1h"),
+     (7380.0, "2h3m"), (-3.0, "0s")],
+)  # fmt: skip
+def test_durations_read_as_a_person_says_them(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
+
+
+WORKED_ON = {"queue": "claims", "processing_for": 312.0, "processing": True}
+
+
+@pytest.mark.parametrize(
+    ("state", "summary"),
+    [
+        (
+            {"calls": [{"rpc": "CreateVolume", "for": 310.0, "timeout": 600.0}]},
+            "in work for 5m12s, waiting on CreateVolume: in flight for 5m10s (timeout 10m)",
+        ),
+        (
+            {"journal": {"recorded": True}},
+            "in work for 5m12s, waiting on an API request (no CSI call in flight; the claim is"
+            " in the in-flight journal)",
+        ),
+        ({}, "in work for 5m12s, waiting on an API request (no CSI call in flight)"),
+        (
+            {"rate_limits": {"csi-provisioner": {"qps": 1.0, "burst": 5, "delayed": 40,
+                                                 "waited": 300.0, "last_ago": 4.0,
+                                                 "last_delay": 6.0}}},
+            "in work for 5m12s, waiting on the operator's own API rate limit (csi-provisioner's"
+            " requests wait up to 6.0s; --kube-api-qps 1)",
+        ),
+    ],
+)  # fmt: skip
+def test_a_claim_held_in_work_is_the_first_blocker(state: dict[str, Any], summary: str) -> None:
+    diagnosis = diagnose(_seen(**PROVISIONING, operator={"queues": [WORKED_ON], **state}))
+    assert diagnosis.blocker == "in-work"
+    assert diagnosis.state is State.BLOCKED
+    assert diagnosis.summary == summary
+    # Below the threshold (here raised past the 312 s), the same answer is the usual wait.
+    below = diagnose(
+        _seen(**PROVISIONING, operator={"queues": [WORKED_ON], **state}), in_work_after=400.0
+    )
+    assert below.blocker in ("in-flight", "throttled")
+    assert below.state is State.PROGRESSING
+
+
+def test_in_work_after_is_one_value_in_the_rules_and_the_command_line() -> None:
+    from kopf_csi.explain import command, rules
+
+    assert command.IN_WORK_AFTER == rules.IN_WORK_AFTER

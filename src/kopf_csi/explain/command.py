@@ -18,6 +18,9 @@ from kopf_csi.targets import TargetError, parse_target
 
 __all__ = ["add_arguments", "explain", "kubectl_main", "main"]
 
+IN_WORK_AFTER = 60.0
+"""`--in-work-after`'s default: `rules.IN_WORK_AFTER` (not imported: `kopf-csi --help` stays
+quick), which says why a minute."""
 DEFAULT_TIMEOUT = 10.0
 """Seconds explain waits for the API in all before it gives up (`--request-timeout`)."""
 
@@ -54,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " (its work queue, last error, journal, Leases)",
     )
     parser.add_argument(
+        "--in-work-after", type=float, default=IN_WORK_AFTER, metavar="SECONDS",
+        help="with --operator: an object the operator's worker has been on for longer is held"
+        " in work (the verdict names what it waits on); raise it with the operator's --timeout"
+        f" [{IN_WORK_AFTER:g}]",
+    )  # fmt: skip
+    parser.add_argument(
         "--request-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
         help=f"give up after this long in all [{DEFAULT_TIMEOUT:g}]",
     )  # fmt: skip
@@ -86,7 +95,7 @@ async def explain(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[int
         ) from None
     finally:
         await api.close()
-    diagnosis = rules.diagnose(seen)
+    diagnosis = rules.diagnose(seen, in_work_after=args.in_work_after)
     render = rendering.as_json if args.output == "json" else rendering.as_text
     return diagnosis.exit_code, render(diagnosis)
 

@@ -52,6 +52,9 @@ class Observed:
     content: Body | None = None
     snapshot_class: Body | None = None
     events: list[Body] = dataclasses.field(default_factory=list)
+    provisioner_event: Body | None = None
+    """The newest `Provisioning` event the class's provisioner posted on any claim, read only
+    when no Lease of it is live: an operator without leader election shows in nothing else."""
     operator: Body | None = None
     """The operator's `/debug/objects/...` answer for the target, when asked and reachable."""
     operator_error: str | None = None

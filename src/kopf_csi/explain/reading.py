@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from kopf_csi import kube, names
+from kopf_csi.explain import rules
 from kopf_csi.explain.observed import Body, ExplainError, Observed
 from kopf_csi.provisioning import secrets as secret_refs
 from kopf_csi.targets import Target
@@ -119,6 +120,32 @@ async def _events(api: kube.KubeClient, obj: Body) -> list[Body]:
     return await api.list(kube.EVENTS, field_selector=f"involvedObject.uid={uid}")
 
 
+async def _newest_provisioner_event(api: kube.KubeClient, provisioner: str) -> Body | None:
+    """The newest `Provisioning` event from `provisioner`'s provisioner, in any namespace.
+
+    One LIST, read a page at a time, of events bounded by their time to live (an hour by
+    default) and aggregated per claim (a repeat bumps `lastTimestamp`): every provisioning
+    attempt, ours or a Go sidecar's, begins with one. The provisioner is told by the event's
+    source, `<driver>_<host>_<uuid>` (`names.LIBRARY_EVENT_COMPONENT`).
+    """
+    newest: Body | None = None
+    selector = f"reason={names.REASON_PROVISIONING}"
+    async for page in api.pages(kube.EVENTS, field_selector=selector):
+        ours = [event for event in page if _is_provisioners_event(event, provisioner)]
+        newest = max([*ours, *([newest] if newest else [])], key=rules.event_time, default=None)
+    return newest
+
+
+def _is_provisioners_event(event: Body, provisioner: str) -> bool:
+    """Whether `provisioner`'s provisioner posted the event (its source component)."""
+    components = (
+        (event.get("source") or {}).get("component"),
+        event.get("reportingComponent"),
+        event.get("reportingController"),
+    )
+    return any(str(c or "").startswith(f"{provisioner}_") for c in components)
+
+
 # -- PersistentVolumeClaim --------------------------------------------------------------------
 
 
@@ -157,6 +184,10 @@ async def _claim(reader: _Reader) -> None:
     seen.lease_name = names.lease_name(names.LEASE_PREFIX_PROVISIONER, provisioner)
     selector = f"metadata.name={seen.lease_name}"
     seen.leases = await reader.attempt("leases", api.list(kube.LEASES, field_selector=selector), [])
+    if not any(rules.lease_is_live(lease, seen.now) for lease in seen.leases):
+        seen.provisioner_event = await reader.attempt(
+            "provisioner-events", _newest_provisioner_event(api, provisioner), None
+        )
     node = (claim.get("metadata") or {}).get("annotations", {}).get(names.ANN_SELECTED_NODE)
     if node:
         seen.node = await reader.get("node", kube.NODES, node)

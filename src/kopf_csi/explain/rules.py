@@ -15,20 +15,29 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from kopf_csi import names
 from kopf_csi.explain.observed import Body, Diagnosis, Observed, State
 from kopf_csi.leases import holders_text, parse_microtime
 from kopf_csi.provisioning.quantities import parse_quantity
 
-__all__ = ["diagnose", "grpc_code", "is_secret_parameter"]
+__all__ = ["diagnose", "event_time", "grpc_code", "is_secret_parameter", "lease_is_live"]
 
 IN_PROGRESS_CODES = frozenset({"Canceled", "DeadlineExceeded", "Unavailable", "Aborted"})
 """gRPC codes after which the driver may still be working (external-provisioner `checkError`):
 retried, and not the driver's final word."""
 
 PROTECTION_FINALIZERS = frozenset({"kubernetes.io/pv-protection", "kubernetes.io/pvc-protection"})
+
+IN_WORK_AFTER = 60.0
+"""Seconds an operator's worker may stay on one object before explain calls it held in work.
+
+One attempt makes a CSI call or two, each cut off at its timeout (`--timeout`: 10 s by default,
+the attacher's 15 s), and a few API requests of a second or less; twice the longest default
+timeout is 30 s. A worker on one object for a minute is held by something no timeout ends, and
+the verdict names what. An operator run with a long `--timeout` warrants a longer wait: explain's
+`--in-work-after`."""
 
 _CODE = re.compile(r"code = (\w+)")
 
@@ -41,8 +50,9 @@ class _Stop(Exception):
 class _Walk:
     """The evidence gathered so far along one chain, and the ways a walk ends."""
 
-    def __init__(self, seen: Observed) -> None:
+    def __init__(self, seen: Observed, *, in_work_after: float = IN_WORK_AFTER) -> None:
         self.seen = seen
+        self.in_work_after = in_work_after
         self.evidence: list[str] = []
 
     def fact(self, line: str) -> None:
@@ -72,9 +82,10 @@ class _Walk:
             self.evidence.extend(operator_lines(self.seen.operator))
 
 
-def diagnose(seen: Observed) -> Diagnosis:
-    """The verdict on `seen.target` from the objects read."""
-    walk = _Walk(seen)
+def diagnose(seen: Observed, *, in_work_after: float = IN_WORK_AFTER) -> Diagnosis:
+    """The verdict on `seen.target` from the objects read; an object the operator has been on
+    for longer than `in_work_after` seconds is held in work (`--in-work-after`)."""
+    walk = _Walk(seen, in_work_after=in_work_after)
     chain = _CHAINS[seen.target.kind]
     try:
         return chain(walk)
@@ -117,6 +128,18 @@ def _ago(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
+def duration(seconds: float) -> str:
+    """A span of time as a person reads it: `42s`, `5m12s`, `2h3m` (whole seconds)."""
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
+
+
 def grpc_code(message: str) -> str | None:
     """The gRPC code an error text carries (`rpc error: code = Internal desc = ...`)."""
     match = _CODE.search(message)
@@ -136,17 +159,18 @@ def _warnings(seen: Observed, *reasons: str) -> list[Body]:
         for event in seen.events
         if event.get("type") == "Warning" and (not reasons or event.get("reason") in reasons)
     ]
-    return sorted(found, key=_event_time, reverse=True)
+    return sorted(found, key=event_time, reverse=True)
 
 
-def _event_time(event: Mapping[str, Any]) -> str:
+def event_time(event: Mapping[str, Any]) -> str:
+    """When the event last happened, as the API wrote it (RFC 3339 in UTC: sorts as text)."""
     return str(event.get("lastTimestamp") or event.get("eventTime") or "")
 
 
 def _event_line(seen: Observed, event: Mapping[str, Any]) -> str:
     count = int(event.get("count") or 1)
     times = f", {count} times" if count > 1 else ""
-    when = _ago(_age(seen, _event_time(event)))
+    when = _ago(_age(seen, event_time(event)))
     return f"event {event.get('reason')} ({when}{times}): {event.get('message', '')}"
 
 
@@ -262,11 +286,48 @@ def _claim(walk: _Walk) -> Diagnosis:
     _volume_of_pending(walk)
     _provisioning_failures(walk)
     _operator_progress(walk)
+    if _has_events_from_provisioner(seen):
+        raise walk.progressing(
+            "provisioning",
+            f"waiting for {provisioner} to provision the volume; nothing wrong found yet",
+            "look again in a few seconds; the claim's events say when provisioning starts and ends",
+        )
+    _unseen(walk, provisioner)
+
+
+def _unseen(walk: _Walk, provisioner: str) -> NoReturn:
+    """A pending claim its provisioner has posted nothing about: waiting for a worker, or held
+    by one before its first event, or never seen; only the operator can tell which."""
+    seen = walk.seen
+    steps = ["look again in a few seconds; the claim's events say when provisioning starts"]
+    if seen.operator is not None and not _known_to_operator(seen.operator):
+        walk.fact(
+            "operator: has not seen the claim (in none of its queues, no event about it,"
+            " no CSI call for it)"
+        )
+        steps.insert(0, "the operator's log says whether it saw the claim (its informer, its"
+                     " filters)")  # fmt: skip
+    elif not seen.operator_error:
+        steps.insert(
+            0,
+            f"ask the operator where the claim stands: kopf-csi explain {seen.target} --operator"
+            " http://POD-IP:PORT (its --http-endpoint): its queue, its worker, its CSI call",
+        )
     raise walk.progressing(
         "provisioning",
-        f"waiting for {provisioner} to provision the volume; nothing wrong found yet",
-        "look again in a few seconds; the claim's events say when provisioning starts and ends",
+        f"waiting for {provisioner} to provision the volume: its provisioner has posted no event"
+        " about this claim yet",
+        *steps,
     )
+
+
+def _known_to_operator(state: Mapping[str, Any]) -> bool:
+    """Whether the operator's answer shows any trace of the object."""
+    journal = state.get("journal") or {}
+    return bool(
+        state.get("queues") or state.get("calls") or state.get("last_event")
+        or journal.get("recorded")
+    )  # fmt: skip
 
 
 def _storage_class(walk: _Walk) -> Body:
@@ -301,7 +362,15 @@ def _storage_class(walk: _Walk) -> Body:
 
 
 def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> None:
-    """Whether an operator serves `provisioner` now: its Lease, its holder, its renewal."""
+    """Whether an operator serves `provisioner` now: its Lease, its holder, its renewal; and,
+    when no Lease is live, its provisioner's newest event.
+
+    A Lease shows who serves the class only among operators run with `--leader-election`. One
+    run without it (the Go sidecars' default) takes no Lease and shows only in its work, so a
+    Lease free, expired or absent proves no more than "no operator with leader election serves
+    it": the verdict says so, what the provisioner last did, and how to find an operator the
+    Lease cannot show.
+    """
     seen = walk.seen
     if seen.csi_driver is not None:
         walk.fact(f"CSIDriver {provisioner}: registered")
@@ -313,23 +382,23 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
     if "leases" in seen.unreadable:
         walk.fact(f"Lease {seen.lease_name}: cannot be read ({seen.unreadable['leases']})")
         return
-    live = []
+    live = False
     for lease in seen.leases:
         where = f"{_meta(lease).get('namespace')}/{_meta(lease).get('name')}"
-        spec = _spec(lease)
-        holder = spec.get("holderIdentity") or ""
+        holder = _spec(lease).get("holderIdentity") or ""
         renewed_at, duration = _renewal(lease)
         age = _age(seen, renewed_at)
         if not holder:
             walk.fact(f"Lease {where}: held by nobody (released {_ago(age)})")
             continue
-        renewed = age is not None and age <= duration
+        renewed = lease_is_live(lease, seen.now)
         walk.fact(
             f"Lease {where}: held by {holder}, renewed {_ago(age)}"
             f" (valid for {duration:.0f}s{'' if renewed else ': expired'})"
         )
-        if renewed:
-            live.append(lease)
+        live = live or renewed
+    if not seen.leases:
+        walk.fact(f"Lease {seen.lease_name}: none in any namespace")
     if live or served is True:
         return
     starting = (seen.operator or {}).get("starting")
@@ -339,74 +408,137 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
             f"the operator asked is still starting ({starting}): it serves nothing yet",
             "wait for it to be ready (its /readyz); if it stays at one step, its log says why",
         )
-    unleased = _event_after_leases(seen)
-    if unleased is not None:
-        when = _ago(_age(seen, _event_time(unleased)))
-        walk.fact(
-            f"event {unleased.get('reason')} ({when}) is newer than the Lease's last renewal:"
-            f" an operator serves {provisioner} without leader election"
-        )
-        return
-    if seen.leases:
-        holders = [str(_spec(lease).get("holderIdentity") or "") for lease in seen.leases]
-        holder = next((h for h in holders if h), "")
-        if holder:
-            raise walk.blocked(
-                "lease-stale",
-                f"no operator serves {provisioner}: the Lease is held by {holder}, which stopped"
-                " renewing it (by this machine's clock)",
-                f"check the replica {holder} (its pod, its logs); a standby takes the Lease over"
-                " once it has seen it unrenewed for its duration",
-                "if no replica runs any more, start the operator (kopf-csi run --leader-election)",
-            )
-        raise walk.blocked(
-            "lease-free",
-            f"no operator serves {provisioner}: its Lease is held by nobody",
-            "start the operator for this driver, or check why its replicas do not take the Lease",
-        )
     if served is False:
         raise walk.blocked(
             "provisioner-unserved",
             f"the operator asked does not serve {provisioner}",
             f"run an operator for {provisioner}, or use a class whose provisioner it serves",
         )
-    waiting = _waits_for_consumer(seen, storage_class)
-    if not waiting and not _has_events_from_provisioner(seen):
-        raise walk.blocked(
-            "provisioner-unserved",
-            f"no running operator serves provisioner {provisioner}: no Lease {seen.lease_name}"
-            " in any namespace, and no event from it on this claim",
-            f"start the operator (or Go sidecars) for {provisioner}, with --leader-election",
-            "or check the class: its provisioner must be the driver's name"
-            " (kubectl get csidrivers)",
+    newest = _newest_provisioner_event(seen)
+    walk.fact(_activity_line(seen, provisioner, newest))
+    if newest is not None and _after_leases(seen, newest):
+        return
+    if not seen.leases and _waits_for_consumer(seen, storage_class):
+        return  # nothing to provision before a node is selected: no event is due yet
+    _unserved(walk, provisioner, newest)
+
+
+def _unserved(walk: _Walk, provisioner: str, newest: Mapping[str, Any] | None) -> NoReturn:
+    """The verdict when neither a live Lease nor newer work shows an operator serving the
+    class: what is known (no operator with leader election serves it), what is not (whether
+    one runs without it), and how to find out."""
+    seen = walk.seen
+    holder = next(
+        (str(_spec(lease)["holderIdentity"]) for lease in seen.leases
+         if _spec(lease).get("holderIdentity")),
+        "",
+    )  # fmt: skip
+    if not seen.leases:
+        blocker, lease = "provisioner-unserved", f"no Lease {seen.lease_name} in any namespace"
+    elif holder:
+        blocker = "lease-stale"
+        lease = (
+            f"the Lease is held by {holder}, which stopped renewing it (by this machine's clock)"
         )
+    else:
+        blocker, lease = "lease-free", "its Lease is held by nobody"
+    if newest is not None:
+        work = f"its provisioner's newest event is from {_ago(_age(seen, event_time(newest)))}"
+        work += ", before the Lease's last renewal" if seen.leases else ""
+    elif "provisioner-events" in seen.unreadable:
+        work = "its provisioner's events cannot be read"
+    else:
+        work = "no event from its provisioner in any namespace"
+    steps = []
+    if holder:
+        steps.append(
+            f"check the replica {holder} (its pod, its logs); a standby takes the Lease over"
+            " once it has seen it unrenewed for its duration"
+        )
+    elif seen.leases:
+        steps.append("if replicas run with --leader-election, their logs say why none takes it")
+    steps += [
+        "an operator run without --leader-election (the Go sidecars' default) takes no Lease:"
+        " look for its pods (kubectl get pods -A -l app.kubernetes.io/name=kopf-csi) and ask"
+        f" one where the claim stands: kopf-csi explain {seen.target} --operator"
+        " http://POD-IP:PORT (its --http-endpoint)",
+        f"if none runs, start the operator for {provisioner}",
+    ]
+    if not seen.leases:
+        steps.append(
+            "or check the class: its provisioner must be the driver's name (kubectl get csidrivers)"
+        )
+    raise walk.blocked(
+        blocker,
+        f"no operator with leader election serves {provisioner}: {lease}; and nothing shows one"
+        f" running without it: {work}",
+        *steps,
+    )
 
 
-def _renewal(lease: Body) -> tuple[str | None, float]:
+def lease_is_live(lease: Mapping[str, Any], now: datetime.datetime) -> bool:
+    """Held, and renewed within its duration by this machine's clock."""
+    if not _spec(lease).get("holderIdentity"):
+        return False
+    renewed_at, duration = _renewal(lease)
+    moment = parse_microtime(renewed_at)
+    return moment is not None and (now - moment).total_seconds() <= duration
+
+
+def _renewal(lease: Mapping[str, Any]) -> tuple[str | None, float]:
     """A Lease's last renewal (its acquisition, if never renewed) and its duration, seconds."""
     spec = _spec(lease)
     renewed_at = spec.get("renewTime") or spec.get("acquireTime")
     return renewed_at, float(spec.get("leaseDurationSeconds") or 0)
 
 
-def _event_after_leases(seen: Observed) -> Body | None:
-    """The provisioner's newest event on the claim when it came a whole lease duration after
-    every Lease's last renewal: an operator works without `--leader-election` beside a Lease
+def _newest_provisioner_event(seen: Observed) -> Body | None:
+    """The provisioner's newest event seen: on the claim, or on any claim in the cluster (those
+    are read only when no Lease is live)."""
+    ours = [event for event in seen.events if event.get("reason") in _PROVISIONER_REASONS]
+    if seen.provisioner_event is not None:
+        ours.append(seen.provisioner_event)
+    return max(ours, key=event_time) if ours else None
+
+
+def _after_leases(seen: Observed, event: Mapping[str, Any]) -> bool:
+    """Whether the event came a whole lease duration after every Lease's last renewal (or
+    there is no Lease): then an operator works without `--leader-election`, beside a Lease
     left from before (released, or held by a replica that stopped, which stops working within
-    its lease duration), so the Lease says nothing of who serves the class."""
-    ends = []
+    its lease duration) or none, and the Lease says nothing of who serves the class."""
+    moment = parse_microtime(event_time(event))
+    if moment is None:
+        return False
     for lease in seen.leases:
         renewed_at, duration = _renewal(lease)
         renewed = parse_microtime(renewed_at)
-        if renewed is None:
-            return None
-        ends.append(renewed + datetime.timedelta(seconds=duration))
-    ours = [event for event in seen.events if event.get("reason") in _PROVISIONER_REASONS]
-    if not ends or not ours:
-        return None
-    newest = max(ours, key=_event_time)
-    moment = parse_microtime(_event_time(newest))
-    return newest if moment is not None and moment > max(ends) else None
+        if renewed is None or moment <= renewed + datetime.timedelta(seconds=duration):
+            return False
+    return True
+
+
+def _activity_line(seen: Observed, provisioner: str, event: Mapping[str, Any] | None) -> str:
+    """The provisioner's newest event as evidence, and what it shows of an operator."""
+    if event is None:
+        if "provisioner-events" in seen.unreadable:
+            why = seen.unreadable["provisioner-events"]
+            return f"provisioner {provisioner}: its events cannot be read ({why})"
+        return (
+            f"provisioner {provisioner}: no event from it in any namespace (the API server"
+            " keeps events for an hour by default)"
+        )
+    involved = event.get("involvedObject") or {}
+    ours = not involved or involved.get("uid") == _meta(seen.object).get("uid")
+    on = "" if ours else f" on claim {involved.get('namespace')}/{involved.get('name')}"
+    said = f"event {event.get('reason')}{on} ({_ago(_age(seen, event_time(event)))})"
+    if not _after_leases(seen, event):
+        return f"provisioner {provisioner}: its newest {said}"
+    if seen.leases:
+        return (
+            f"{said} is newer than the Lease's last renewal: an operator serves {provisioner}"
+            " without leader election"
+        )
+    return f"{said}, and no Lease: an operator serves {provisioner} without leader election"
 
 
 def _served_by_operator(seen: Observed, provisioner: str) -> bool | None:
@@ -671,6 +803,7 @@ def _operator_progress(walk: _Walk, state: Mapping[str, Any] | None = None) -> N
     target's unless given), when it says so: a call in flight, a worker on it, its place."""
     if state is None:
         state = walk.seen.operator or {}
+    _held_in_work(walk, state)
     calls = state.get("calls") or []
     if calls:
         raise walk.progressing(
@@ -715,6 +848,49 @@ def _operator_progress(walk: _Walk, state: Mapping[str, Any] | None = None) -> N
             " if the queue stays long, or look at what keeps the workers busy"
             " (explain the keys ahead of it)",
         )
+
+
+def _held_in_work(walk: _Walk, state: Mapping[str, Any]) -> None:
+    """A worker on the object for longer than `in_work_after`: the first blocker, with what the
+    operator says it waits on."""
+    held = max(
+        (float(q["processing_for"]) for q in state.get("queues") or []
+         if q.get("processing_for") is not None),
+        default=None,
+    )  # fmt: skip
+    if held is None or held <= walk.in_work_after:
+        return
+    calls = state.get("calls") or []
+    if calls:
+        rpc = calls[0].get("rpc")
+        raise walk.blocked(
+            "in-work",
+            f"in work for {duration(held)}, waiting on {rpc}: in flight for"
+            f" {duration(float(calls[0].get('for') or 0))}"
+            f" (timeout {duration(float(calls[0].get('timeout') or 0))})",
+            f"check the CSI driver (its logs, its back end): it has not answered {rpc}; the"
+            " call fails at its timeout and is retried",
+        )
+    raise walk.blocked(
+        "in-work",
+        f"in work for {duration(held)}, waiting on {_waited_on(walk, state)}",
+        "the operator's log for the object says what its worker did last; a worker held this"
+        " long is one fewer for every other object (--worker-threads)",
+    )
+
+
+def _waited_on(walk: _Walk, state: Mapping[str, Any]) -> str:
+    """What a worker with no CSI call in flight waits on, as far as the operator says."""
+    role = _ROLES.get(walk.seen.target.kind)
+    limit = (state.get("rate_limits") or {}).get(role or "")
+    if limit and _throttled_now(limit):
+        return (
+            f"the operator's own API rate limit ({role}'s requests wait up to"
+            f" {limit['last_delay']:.1f}s; --kube-api-qps {limit['qps']:g})"
+        )
+    if (state.get("journal") or {}).get("recorded"):
+        return "an API request (no CSI call in flight; the claim is in the in-flight journal)"
+    return "an API request (no CSI call in flight)"
 
 
 def _throttled_now(limit: Mapping[str, Any]) -> bool:
