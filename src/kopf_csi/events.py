@@ -54,8 +54,11 @@ _recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
 async def flush_all(timeout: float) -> None:
-    """Post what every recorder has queued, within `timeout` seconds (before the API closes)."""
-    recorders = list(_recorders)
+    """Post what every recorder of this loop has queued, within `timeout` seconds (before the
+    API closes). Recorders whose senders run on another loop (another operator in this
+    process, a test's that ended) are theirs to flush."""
+    loop = asyncio.get_running_loop()
+    recorders = [r for r in list(_recorders) if r.runs_on(loop)]
     try:
         await asyncio.wait_for(asyncio.gather(*(r.flush() for r in recorders)), timeout=timeout)
     except TimeoutError:
@@ -131,6 +134,10 @@ class Recorder:
         self.dropped = 0  # events dropped because MAX_QUEUED were waiting
         self._last: dict[str, LastEvent] = {}
         _recorders.add(self)
+
+    def runs_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether this recorder's senders (if it has any yet) run on `loop`."""
+        return all(s is None or s.get_loop() is loop for s in self._senders)
 
     @property
     def queued(self) -> int:

@@ -40,6 +40,10 @@ PROBE_INTERVAL = 0.5
 """Seconds between two probes of an unreachable server: its return is seen within this."""
 SETTLE = 1.0
 """Seconds without a failed request before an answered one says the server is back."""
+QUIET_AGAIN = 60.0
+"""An outage that begins within this many seconds of the last one's end is the same trouble
+going on (a server that refuses every few seconds, one resource answering 503): it is
+counted, and logged at debug level, not as another pair of warnings."""
 
 _PROBING = contextvars.ContextVar("kopf_csi_probing", default=False)
 """Set in the probe's task: its own failures are not counted as requests that failed."""
@@ -61,6 +65,8 @@ class Reachability:
         self.unreachable_seconds = 0.0
         """Seconds the server was unreachable, over every outage that ended."""
         self._last_failure = 0.0
+        self._back_at: float | None = None
+        self._quiet = False  # the current outage is logged at debug level (`QUIET_AGAIN`)
         self._listeners: list[Listener] = []
         self._probe: Callable[[], Awaitable[Any]] | None = None
         self._probing: asyncio.Task[None] | None = None
@@ -102,7 +108,9 @@ class Reachability:
         self.failed_requests = 1
         self.outages += 1
         self._back.clear()
-        log.warning(
+        self._quiet = self._back_at is not None and now - self._back_at < QUIET_AGAIN
+        _log(
+            "debug" if self._quiet else "warning",
             "api_unreachable",
             first_failure=str(error),  # not `error`: `logs.quiet_outages` would drop it
             hint="the API server does not answer: work waits and is retried when it is back",
@@ -118,8 +126,10 @@ class Reachability:
             return  # a draining server answers some: back only once the failures stop
         down_since, self.down_since = self.down_since, None
         self.unreachable_seconds += now - down_since
+        self._back_at = now
         self._back.set()
-        log.warning(
+        _log(
+            "debug" if self._quiet else "warning",
             "api_reachable",
             unreachable_for=round(now - down_since, 1),
             failed_requests=self.failed_requests,
@@ -157,3 +167,9 @@ class Reachability:
             self._probing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._probing
+
+
+def _log(level: str, event: str, **fields: Any) -> None:
+    """Log in a context of its own: the request that noticed belongs to some object, and its
+    bound keys (`kind`, `name`, ...) would wrongly tie the outage to that object."""
+    contextvars.Context().run(getattr(log, level), event, **fields)

@@ -8,7 +8,6 @@ rules say so; only the target itself must be readable, or explain cannot work (`
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import pathlib
@@ -43,7 +42,8 @@ OPERATOR_TIMEOUT = 2.0
 """Seconds the operator's debug endpoint gets to answer: explain must answer in under two."""
 
 _T = TypeVar("_T")
-API_ERRORS = (kube.KubeError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+API_ERRORS = (kube.KubeError,)
+"""What a read of the API may raise (no answer at all included: `kube.UnavailableError`)."""
 
 
 def kubeconfig_path(given: str | None, env: dict[str, str]) -> pathlib.Path | None:
@@ -79,11 +79,11 @@ async def read(api: kube.KubeClient, target: Target, *, server: str = "") -> Obs
     resource = RESOURCES[target.kind]
     try:
         obj = await api.get(resource, target.name, target.namespace)
+    except kube.UnavailableError as exc:
+        where = f" at {server}" if server else ""
+        raise ExplainError(f"cannot reach the Kubernetes API{where}: {exc.message}") from None
     except kube.KubeError as exc:
         raise ExplainError(f"cannot read {target}: {exc}") from None
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        where = f" at {server}" if server else ""
-        raise ExplainError(f"cannot reach the Kubernetes API{where}: {exc}") from None
     if obj is None:
         where = f' in namespace "{target.namespace}"' if target.namespace else ""
         raise ExplainError(f'{target.kind} "{target.name}" not found{where}')
