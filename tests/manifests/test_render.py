@@ -1,7 +1,7 @@
 """The kustomizations render, and what they render is a deployment that can work.
 
-- `kubectl kustomize` renders manifests/, crds/, examples/ and kind/ (skipped without kubectl),
-  and the plain reading the RBAC tests fall back on matches it;
+- `kubectl kustomize` renders manifests/, crds/, examples/, kind/ and monitoring/ (skipped
+  without kubectl), and the plain reading the RBAC tests fall back on matches it;
 - every object has apiVersion, kind and metadata.name, of a kind we expect, namespaced kinds
   in a namespace, base objects labelled as part of kopf-csi;
 - the Deployment: images set, the operator's args are flags `kopf-csi run` accepts and mean
@@ -45,10 +45,15 @@ API_VERSIONS = {
     "CustomResourceDefinition": "apiextensions.k8s.io/v1",
     "VolumeSnapshotClass": "snapshot.storage.k8s.io/v1",
     "VolumeSnapshot": "snapshot.storage.k8s.io/v1",
+    "Service": "v1",
+    "ConfigMap": "v1",
+    "ServiceMonitor": "monitoring.coreos.com/v1",
+    "PrometheusRule": "monitoring.coreos.com/v1",
 }
 NAMESPACED = {"ServiceAccount", "Role", "RoleBinding", "Deployment", "PersistentVolumeClaim",
-              "Pod", "VolumeSnapshot"}  # fmt: skip
-DIRECTORIES = ("", "crds", "examples", "kind")
+              "Pod", "VolumeSnapshot", "Service", "ConfigMap", "ServiceMonitor",
+              "PrometheusRule"}  # fmt: skip
+DIRECTORIES = ("", "crds", "examples", "kind", "monitoring")
 
 needs_kubectl = pytest.mark.skipif(kubectl() is None, reason="kubectl is not installed")
 
