@@ -9,12 +9,14 @@ finds them, wherever the modules are loaded from: `kopf-csi run`, the sandbox, t
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
 import pathlib
 import sys
 from collections.abc import Iterable
+from typing import Any
 
 import kopf
 
@@ -62,13 +64,31 @@ def load(modules: Iterable[str], *, registry: kopf.OperatorRegistry) -> None:
     kopf.set_default_registry(registry)
     try:
         for module in modules:
+            before = {id(handler) for handler in _startup_handlers(registry)}
             if is_path(module):
                 _load_file(pathlib.Path(module))
             else:
                 _load_module(module)
+            _watch_startup(registry, module, known=before)
     finally:
         kopf.set_default_registry(previous)
     kopf.on.startup(registry=registry, id=runtime.STARTED_HANDLER_ID)(runtime.mark_started)
+
+
+def _startup_handlers(registry: kopf.OperatorRegistry) -> list[Any]:
+    handlers = registry._activities._handlers  # kopf private API (kopf is pinned exactly)
+    return [h for h in handlers if getattr(h.activity, "value", None) == "startup"]
+
+
+def _watch_startup(registry: kopf.OperatorRegistry, module: str, *, known: set[int]) -> None:
+    """The start-up handlers `module` added keep their failures in the memo, naming the module
+    (`runtime.watch_startup`): for `/readyz` and the testing kit, which raises the first."""
+    handlers = registry._activities._handlers  # kopf private API, as above
+    for index, handler in enumerate(handlers):
+        if id(handler) in known or getattr(handler.activity, "value", None) != "startup":
+            continue
+        watched = runtime.watch_startup(handler.fn, module=module, handler=str(handler.id))
+        handlers[index] = dataclasses.replace(handler, fn=watched)
 
 
 def _importable_from_here() -> None:
