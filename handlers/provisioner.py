@@ -35,6 +35,7 @@ from kopf_csi.provisioning.hooks import create_volume_hooks
 from kopf_csi.provisioning.journal import Journal, journal_name
 from kopf_csi.provisioning.naming import provisioner_identity
 from kopf_csi.provisioning.operations import Provisioner
+from kopf_csi.provisioning.reservations import reservations
 from kopf_csi.provisioning.sources import data_source
 from kopf_csi.provisioning.sourcing import SNAPSHOT_KEY_PREFIX
 from kopf_csi.queueing import WorkQueue
@@ -84,6 +85,7 @@ async def start(memo: kopf.Memo, **_: Any) -> None:
         journal=_journal(memo, api, memo.driver.name),
         observer=metrics.from_memo(memo),
         hooks=create_volume_hooks(memo),  # the same list users' modules append to, in any order
+        reservations=reservations(memo),  # the hooks' holds (`context.reserve`)
     )
     served = _serve(memo, provisioner)
     memo.provisioner = provisioner
@@ -300,6 +302,7 @@ def _claim_changed(memo: kopf.Memo, served: Served) -> runtime.Listener:
             _watch_clone_sources(memo, served, key, claim)
             if deleted:
                 _watch_snapshot_source(served, claim)
+                provisioner.reservations.release(claim["metadata"].get("uid", ""))
         if bound:
             return  # nothing to provision (the Go library's first check, done before queueing)
         served.claims.add(key)

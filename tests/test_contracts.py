@@ -133,6 +133,11 @@ def test_the_real_tree_keeps_every_contract() -> None:
             "kopf_csi.driver.node -> grpclib",
             id="grpclib outside kopf_csi.csi",
         ),
+        pytest.param(
+            "../handlers/examples/claim_labels.py", "from kopf_csi import kube", "api-only",
+            "handlers.examples.claim_labels -> kopf_csi.kube",
+            id="an example module imports outside the public API",
+        ),
     ],
 )  # fmt: skip
 def test_a_wrong_import_breaks_its_contract(

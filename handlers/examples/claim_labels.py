@@ -6,7 +6,7 @@ A label `parameters.kopf-csi.kopf.dev/<name>: <value>` on a PersistentVolumeClai
 CreateVolume parameter `<name>=<value>`. The StorageClass wins where both set a key: the class
 is the administrator's, the claim is the user's. Other labels are not passed on.
 
-It is a few lines on top of `kopf_csi.provisioning.hooks`; see the README's "Writing a handler
+It is a few lines on top of `kopf_csi.api`'s CreateVolume hooks; see the README's "Writing a handler
 module" and its tests in `tests/examples/`.
 """
 
@@ -17,8 +17,7 @@ from typing import Any
 
 import kopf
 
-from kopf_csi.csi import messages as csi
-from kopf_csi.provisioning.hooks import create_volume_hooks
+from kopf_csi import api
 
 LABEL_PREFIX = "parameters.kopf-csi.kopf.dev/"
 
@@ -34,7 +33,7 @@ def label_parameters(claim: Mapping[str, Any]) -> dict[str, str]:
 
 
 async def add_label_parameters(
-    claim: Mapping[str, Any], storage_class: Mapping[str, Any], request: csi.CreateVolumeRequest
+    claim: Mapping[str, Any], storage_class: Mapping[str, Any], request: api.CreateVolumeRequest
 ) -> None:
     for name, value in label_parameters(claim).items():
         request.parameters.setdefault(name, value)
@@ -42,4 +41,4 @@ async def add_label_parameters(
 
 @kopf.on.startup(id="examples.claim_labels")
 async def register(memo: kopf.Memo, **_: Any) -> None:
-    create_volume_hooks(memo).append(add_label_parameters)
+    api.create_volume_hooks(memo).append(add_label_parameters)

@@ -27,13 +27,7 @@ from typing import Any
 
 import kopf
 
-from kopf_csi import runtime
-from kopf_csi.provisioning.backends import (
-    IgnoredError,
-    ProvisionOptions,
-    ProvisionResult,
-    register_provisioner,
-)
+from kopf_csi import api
 
 NAME = "kopf-csi.kopf.dev/hostdir"
 BASE_PATH = "/var/lib/kopf-csi-hostdir"
@@ -66,18 +60,18 @@ class HostDirProvisioner:
     def __init__(self, *, node_name: str) -> None:
         self.node_name = node_name
 
-    async def provision(self, options: ProvisionOptions) -> ProvisionResult:
+    async def provision(self, options: api.ProvisionOptions) -> api.ProvisionResult:
         try:
             base, volume_type = parse_parameters(options.parameters)
         except ValueError as exc:
-            return ProvisionResult.failed(str(exc))  # final: a retry cannot fix the class
+            return api.ProvisionResult.failed(str(exc))  # final: a retry cannot fix the class
         node = options.selected_node_name or self.node_name  # Immediate: this node
         if node != self.node_name:
-            raise IgnoredError(f"the claim is for node {node}, not {self.node_name}")
+            raise api.IgnoredError(f"the claim is for node {node}, not {self.node_name}")
         requested = options.requested_bytes
         free = await asyncio.to_thread(_free_bytes, base)
         if requested > free:
-            return ProvisionResult.reschedule(
+            return api.ProvisionResult.reschedule(
                 f"node {node} has {free} bytes free in {base}, the claim asks for {requested}"
             )
         path = base / options.volume_name  # the same on every retry: made once
@@ -86,7 +80,7 @@ class HostDirProvisioner:
         source = {"path": str(path)}
         if volume_type == "hostPath":
             source["type"] = "Directory"
-        return ProvisionResult.volume_source(
+        return api.ProvisionResult.volume_source(
             {volume_type: source},
             node_affinity=node_affinity(labels.get(HOSTNAME_LABEL, node)),
         )
@@ -96,11 +90,11 @@ class HostDirProvisioner:
         source = spec.get("local") or spec.get("hostPath") or {}
         path = pathlib.Path(source.get("path", "/"))
         if path.name != volume["metadata"]["name"]:
-            raise IgnoredError(f"{path} is not a directory of ours")
+            raise api.IgnoredError(f"{path} is not a directory of ours")
         terms = (spec.get("nodeAffinity") or {}).get("required", {}).get("nodeSelectorTerms", [])
         hosts = {v for t in terms for e in t.get("matchExpressions", []) for v in e["values"]}
         if hosts and self.node_name not in hosts:
-            raise IgnoredError(f"the volume is on {sorted(hosts)}, not on {self.node_name}")
+            raise api.IgnoredError(f"the volume is on {sorted(hosts)}, not on {self.node_name}")
         await asyncio.to_thread(_remove, path)
 
 
@@ -116,5 +110,5 @@ def _remove(path: pathlib.Path) -> None:
 
 @kopf.on.startup(id="examples.hostdir_provisioner")
 async def register(memo: kopf.Memo, **_: Any) -> None:
-    node = runtime.settings_from_memo(memo).provisioner.node_name or socket.gethostname()
-    register_provisioner(memo, name=NAME, provisioner=HostDirProvisioner(node_name=node))
+    node = api.settings_from_memo(memo).provisioner.node_name or socket.gethostname()
+    api.register_provisioner(memo, name=NAME, provisioner=HostDirProvisioner(node_name=node))

@@ -31,7 +31,7 @@ __all__ = ["UsageError", "main", "reference", "settings_for"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("auto", "json", "console")
-COMMANDS = ("run", "config", "docs", "explain")
+COMMANDS = ("run", "config", "docs", "explain", "rbac")
 
 
 class UsageError(Exception):
@@ -134,7 +134,42 @@ def _build_parser() -> _Parser:
     docs = commands.add_parser("docs", help="print the configuration reference (Markdown)")
     docs.add_argument("--output", metavar="FILE", help="write it to FILE instead")
     _add_explain(commands)
+    _add_rbac(commands)
     return parser
+
+
+def _add_rbac(commands: Any) -> None:
+    """`kopf-csi rbac -m MODULE`: the ClusterRole and Role the modules declare (`api.rbac`)."""
+    from kopf_csi import rbac
+
+    command = commands.add_parser(
+        "rbac", help="print the RBAC that handler modules declare, as YAML",
+        description="Print the ClusterRole and Role (with their bindings to the operator's"
+        " ServiceAccount) that the handler modules declare with api.rbac.declare().",
+    )  # fmt: skip
+    command.add_argument(
+        "-m", "--module", dest="modules", action="append", required=True, metavar="MODULE",
+        help="a handler module (dotted name or file path), as for run; repeatable",
+    )  # fmt: skip
+    command.add_argument("--namespace", default=rbac.NAMESPACE, help="the operator's namespace")
+    command.add_argument(
+        "--service-account", default=rbac.ACCOUNT, help="the operator's ServiceAccount"
+    )
+
+
+def _rbac(args: argparse.Namespace) -> int:
+    from kopf_csi import rbac
+
+    try:
+        declared = modules.declared_rbac(args.modules)
+    except modules.ModuleLoadError as exc:
+        raise UsageError(str(exc)) from None
+    if not declared:
+        print(f"# {', '.join(args.modules)}: no RBAC declared (api.rbac.declare)")
+        return 0
+    account = {"namespace": args.namespace, "account": args.service_account}
+    sys.stdout.write(rbac.to_yaml(declared, **account))
+    return 0
 
 
 def _add_explain(commands: Any) -> None:
@@ -263,8 +298,8 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         modules.load(names, registry=registry)
     except modules.ModuleLoadError as exc:
         raise UsageError(str(exc)) from None
-    except Exception:
-        log.exception("module_failed_to_load", modules=names)
+    except Exception as exc:
+        log.exception("module_failed_to_load", **modules.failure(exc))
         return 1
     if not runtime.logs_in(registry):
         raise UsageError(
@@ -413,6 +448,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             from kopf_csi.explain import command as explain
 
             code = explain.run(args, env, prog="kopf-csi explain")
+        elif args.command == "rbac":
+            code = _rbac(args)
         else:
             code = _docs(args)
     except (UsageError, SettingsError) as exc:

@@ -6,7 +6,8 @@ Paths (constants in `kopf_csi.names`):
 - `/healthz`: liveness. The driver must answer Probe within `probe_timeout` (the Go sidecars
   exit when the driver goes away; we fail liveness instead, so the kubelet restarts us while the
   driver is down, see docs/operations.md), and every check in `memo.health_checks` must pass.
-- `/readyz`: readiness: the driver answered at start-up and the caches are primed
+- `/readyz`: readiness: no module's start-up handler is failing, the driver answered at
+  start-up and the caches are primed
   (`memo.driver` is set, which `kopf_csi_handlers.lifecycle` does last; with `--no-csi`,
   `memo.without_driver`), or this replica is a connected standby waiting for its Leases (so
   that a rolling update does not wait for it to lead). Until then it names the step of
@@ -204,7 +205,14 @@ class Endpoints:
 def readiness(memo: Any) -> CheckResult:
     """`/readyz`'s answer from how far `lifecycle.connect` got (it sets `memo.csi` once the
     driver answered, `memo.api` once logged in, then primes the caches and sets `memo.driver`,
-    or with `--no-csi` `memo.without_driver`): ready, or the step start-up is at."""
+    or with `--no-csi` `memo.without_driver`): ready, or the step start-up is at. A module's
+    start-up handler that is failing (`runtime.startup_failures`) makes it not ready, naming
+    the handler, its module and its error, until kopf's retry of it succeeds: no watch starts
+    before every start-up handler has."""
+    failures = runtime.startup_failures(memo)
+    if failures:
+        failing = "; ".join(str(failure) for failure in failures.values())
+        return False, f"not ready: {failing} (kopf retries it)"
     if getattr(memo, "driver", None) is not None:
         return True, "ok"
     if getattr(memo, "without_driver", False):

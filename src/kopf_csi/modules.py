@@ -9,18 +9,21 @@ finds them, wherever the modules are loaded from: `kopf-csi run`, the sandbox, t
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
 import pathlib
 import sys
+import traceback
 from collections.abc import Iterable
+from typing import Any
 
 import kopf
 
-from kopf_csi import runtime
+from kopf_csi import rbac, runtime
 
-__all__ = ["DEFAULT_MODULES", "ModuleLoadError", "is_path", "load"]
+__all__ = ["DEFAULT_MODULES", "ModuleLoadError", "declared_rbac", "failure", "is_path", "load"]
 
 DEFAULT_MODULES = (
     # Metrics and probes first: before anything waits (driver, leadership).
@@ -62,13 +65,61 @@ def load(modules: Iterable[str], *, registry: kopf.OperatorRegistry) -> None:
     kopf.set_default_registry(registry)
     try:
         for module in modules:
-            if is_path(module):
-                _load_file(pathlib.Path(module))
-            else:
-                _load_module(module)
+            before = {id(handler) for handler in _startup_handlers(registry)}
+            declared = rbac.mark()
+            try:
+                if is_path(module):
+                    _load_file(pathlib.Path(module))
+                else:
+                    _load_module(module)
+            except Exception as exc:
+                exc.handler_module = module  # type: ignore[attr-defined]  # for `failure()`
+                raise
+            _watch_startup(registry, module, known=before)
+            rbac.assign(registry, module, rbac.since(declared))  # its RBAC (`kopf-csi rbac`)
     finally:
         kopf.set_default_registry(previous)
     kopf.on.startup(registry=registry, id=runtime.STARTED_HANDLER_ID)(runtime.mark_started)
+
+
+def _startup_handlers(registry: kopf.OperatorRegistry) -> list[Any]:
+    handlers = registry._activities._handlers  # kopf private API (kopf is pinned exactly)
+    return [h for h in handlers if getattr(h.activity, "value", None) == "startup"]
+
+
+def _watch_startup(registry: kopf.OperatorRegistry, module: str, *, known: set[int]) -> None:
+    """The start-up handlers `module` added keep their failures in the memo, naming the module
+    (`runtime.watch_startup`): for `/readyz` and the testing kit, which raises the first."""
+    handlers = registry._activities._handlers  # kopf private API, as above
+    for index, handler in enumerate(handlers):
+        if id(handler) in known or getattr(handler.activity, "value", None) != "startup":
+            continue
+        watched = runtime.watch_startup(handler.fn, module=module, handler=str(handler.id))
+        handlers[index] = dataclasses.replace(handler, fn=watched)
+
+
+def failure(exc: BaseException) -> dict[str, str]:
+    """What to say first about a module that failed on import: its file, line and error, and
+    the module (for `module_failed_to_load`, before the traceback: under JSON logs, the
+    traceback is one long line, and a SyntaxError's file was only at its end)."""
+    if isinstance(exc, SyntaxError):
+        where, text = (exc.filename, exc.lineno), f"SyntaxError: {exc.msg}"
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        last = frames[-1] if frames else None
+        where = (last.filename, last.lineno) if last else (None, None)
+        text = f"{type(exc).__name__}: {exc}"
+    file, line = where
+    place = f"{file}, line {line}: " if file else ""
+    return {"error": f"{place}{text}", "module": str(getattr(exc, "handler_module", "?"))}
+
+
+def declared_rbac(modules: Iterable[str]) -> dict[str, tuple[rbac.Rule, ...]]:
+    """The RBAC each of `modules` declares (`kopf-csi rbac`): loaded into a registry of their
+    own, as `load` loads them, with the same errors."""
+    registry = kopf.OperatorRegistry()
+    load(modules, registry=registry)
+    return rbac.declared(registry)
 
 
 def _importable_from_here() -> None:
@@ -95,7 +146,13 @@ def _load_module(name: str) -> None:
 
 def _load_file(path: pathlib.Path) -> None:
     if not path.is_file():
-        raise ModuleLoadError(f"no such handler file: {str(path)!r}")
+        hint = ""
+        if path.suffix != ".py" and path.with_name(path.name + ".py").is_file():
+            hint = f" (did you mean {str(path) + '.py'!r}?)"
+        elif path.suffix != ".py" and "/" in str(path):
+            dotted = ".".join(path.parts)
+            hint = f" (a file needs its .py; a module is dotted: {dotted!r})"
+        raise ModuleLoadError(f"no such handler file: {str(path)!r}{hint}")
     path = path.resolve()
     # As `kopf run file.py` and `python file.py` do: the file's directory is importable, so the
     # file can import its siblings.

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import inspect
 import os
 import signal
 import time
@@ -28,6 +30,7 @@ __all__ = [
     "NotStarted",
     "ObjectMemo",
     "OperatorMemo",
+    "StartupFailure",
     "all_started",
     "caches_from_memo",
     "configure_kopf",
@@ -41,11 +44,13 @@ __all__ = [
     "notify",
     "request_stop",
     "settings_from_memo",
+    "startup_failures",
     "startup_handler_ids",
     "stop_work",
     "subscribe",
     "supervise",
     "wait_for_driver",
+    "watch_startup",
 ]
 
 WORKER_IDLE_TIMEOUT = 0.1
@@ -323,6 +328,78 @@ def _has_change_handlers(registry: Any) -> bool:
         registry = kopf.get_default_registry()
     changing = getattr(registry, "_changing", None)
     return changing is None or bool(changing.get_all_handlers())
+
+
+# -- start-up failures ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StartupFailure:
+    """A module's start-up handler raised: kopf retries it (every 60 s by default), and no
+    watch starts until it succeeds. `/readyz` fails with it; the testing kit raises it."""
+
+    module: str
+    handler: str
+    error: BaseException
+
+    @property
+    def retry_asked(self) -> bool:
+        """The handler asked for a retry (`kopf.TemporaryError`): waiting, not broken."""
+        return isinstance(self.error, kopf.TemporaryError)
+
+    def __str__(self) -> str:
+        return (
+            f"the start-up handler {self.handler!r} of module {self.module} failed: "
+            f"{type(self.error).__name__}: {self.error}"
+        )
+
+
+def startup_failures(memo: Any) -> dict[str, StartupFailure]:
+    """The start-up handlers failing now, by handler id, the first failure first (a copy)."""
+    return dict(getattr(memo, "startup_failures", None) or {})
+
+
+def watch_startup(fn: Callable[..., Any], *, module: str, handler: str) -> Callable[..., Any]:
+    """`fn`, a start-up handler of `module`, keeping its failures in `memo.startup_failures`
+    until it succeeds (`modules.load` wraps every module's). Async stays async and a plain
+    `def` stays plain (kopf runs it in a thread, and looks through `__wrapped__`)."""
+
+    def failed(memo: Any, error: BaseException) -> None:
+        if memo is None:
+            return
+        failures = getattr(memo, "startup_failures", None)
+        if failures is None:
+            failures = memo.startup_failures = {}
+        failures[handler] = StartupFailure(module=module, handler=handler, error=error)
+
+    def succeeded(memo: Any) -> None:
+        (getattr(memo, "startup_failures", None) or {}).pop(handler, None)
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def watched_async(**kwargs: Any) -> Any:
+            try:
+                result = await fn(**kwargs)
+            except Exception as exc:
+                failed(kwargs.get("memo"), exc)
+                raise
+            succeeded(kwargs.get("memo"))
+            return result
+
+        return watched_async
+
+    @functools.wraps(fn)
+    def watched(**kwargs: Any) -> Any:
+        try:
+            result = fn(**kwargs)
+        except Exception as exc:
+            failed(kwargs.get("memo"), exc)
+            raise
+        succeeded(kwargs.get("memo"))
+        return result
+
+    return watched
 
 
 # -- leader election ---------------------------------------------------------------------------

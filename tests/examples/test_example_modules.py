@@ -12,13 +12,12 @@ from typing import Any
 
 import pytest
 
+from kopf_csi.api import ProvisionerOptions, Settings
 from kopf_csi.driver import Driver
-from kopf_csi.settings import ProvisionerOptions, Settings
 from kopf_csi.testing.emulator import EmulatedCluster
-from kopf_csi.testing.operator import DEFAULT_MODULES
-from kopf_csi.testing.pytest_plugin import DRIVER_NAME, NODE, until
+from kopf_csi.testing.pytest_plugin import DEFAULT_MODULES, DRIVER_NAME, NODE, until
 from kopf_csi_handlers.examples.claim_labels import label_parameters
-from kopf_csi_handlers.examples.namespace_quota import ANNOTATION, refusal
+from kopf_csi_handlers.examples.namespace_quota import ANNOTATION, bound_requests, refusal
 
 EXAMPLES = ("kopf_csi_handlers.examples.claim_labels", "kopf_csi_handlers.examples.namespace_quota")
 
@@ -98,6 +97,15 @@ def test_label_parameters_takes_only_the_prefixed_labels() -> None:
     }}}  # fmt: skip
     assert label_parameters(claim_body) == {"tier": "gold"}
     assert label_parameters({"metadata": {}}) == {}
+
+
+def test_bound_requests_counts_the_bound_claims_by_uid() -> None:
+    def pvc(uid: str, size: str, volume: str | None) -> dict[str, Any]:
+        spec = {"resources": {"requests": {"storage": size}}, "volumeName": volume}
+        return {"metadata": {"uid": uid}, "spec": spec}
+
+    claims = [pvc("a", "1Mi", "pv-a"), pvc("b", "2Mi", None), pvc("c", "lots", "pv-c")]
+    assert bound_requests(claims) == {"a": 2**20, "c": 0}
 
 
 def test_refusal_compares_bytes_and_names_the_limit() -> None:

@@ -27,8 +27,10 @@ from kopf_csi.provisioning.access import uid as uid_of
 from kopf_csi.provisioning.backends import ProvisionOptions, ProvisionResult
 from kopf_csi.provisioning.errors import ProvisioningError
 from kopf_csi.provisioning.hookcalls import run_hooks
+from kopf_csi.provisioning.hookcontext import HookContext
 from kopf_csi.provisioning.hooks import CreateVolumeHook
 from kopf_csi.provisioning.options import ProvisionerOptions
+from kopf_csi.provisioning.reservations import Reservations
 from kopf_csi.provisioning.sourcing import Sources
 from kopf_csi.provisioning.states import (
     ProvisioningState,
@@ -60,6 +62,7 @@ class CSIBackend:
         hooks: Sequence[CreateVolumeHook],
         topology_memos: dict[str, topology.TopologyMemo],
         record: Callable[[Body], Awaitable[None]],
+        reservations: Reservations,
     ) -> None:
         self.csi = csi_client
         self.api = api
@@ -73,6 +76,8 @@ class CSIBackend:
         """The controller's: forgotten with the claim, or when it is rescheduled."""
         self.record = record
         """Writes the claim into the in-flight journal, just before CreateVolume."""
+        self.reservations = reservations
+        """The hooks' holds (`context.reserve`): the controller releases them."""
         self.supports_topology = topology.supports_topology(driver.plugin_capabilities)
 
     def supports_block(self) -> bool:
@@ -121,7 +126,10 @@ class CSIBackend:
             accessibility_requirements=requirement,
             volume_attributes_class=vac,
         )
-        await run_hooks(self.hooks, claim, storage_class, request, timeout=self.csi.timeout)
+        context = HookContext(api=self.api, claim=claim, reservations=self.reservations)
+        await run_hooks(
+            self.hooks, claim, storage_class, request, timeout=self.csi.timeout, context=context
+        )
         await self.record(claim)
         response = await self.csi.create_volume(request)
         if response.volume is None:

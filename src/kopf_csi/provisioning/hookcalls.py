@@ -20,6 +20,7 @@ import structlog
 
 from kopf_csi.csi import messages as csi
 from kopf_csi.provisioning.errors import ProvisioningError
+from kopf_csi.provisioning.hookcontext import HookContext
 from kopf_csi.provisioning.hooks import CreateVolumeHook
 from kopf_csi.provisioning.states import ProvisioningState
 
@@ -35,13 +36,14 @@ async def run_hooks(
     request: csi.CreateVolumeRequest,
     *,
     timeout: float | None = None,
+    context: HookContext | None = None,
 ) -> None:
     for hook in hooks:
         name = getattr(hook, "__qualname__", repr(hook))
         deadline = asyncio.timeout(timeout if inspect.iscoroutinefunction(hook) else None)
         try:
             async with deadline:
-                await _call(hook, claim, storage_class, request)
+                await _call(hook, claim, storage_class, request, context)
         except ProvisioningError:
             raise
         except TimeoutError as exc:
@@ -54,6 +56,16 @@ async def run_hooks(
             ) from None
         except Exception as exc:
             raise _failed(name, exc) from exc
+
+
+def _takes_context(hook: CreateVolumeHook) -> bool:
+    """The hook takes `context` (by name, or in its `**kwargs`): the three-argument hooks of
+    before are called as they were."""
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the old call
+        return False
+    return any(p.name == "context" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _failed(name: str, exc: Exception) -> ProvisioningError:
@@ -71,10 +83,12 @@ async def _call(
     claim: Mapping[str, Any],
     storage_class: Mapping[str, Any],
     request: csi.CreateVolumeRequest,
+    context: HookContext | None,
 ) -> None:
+    kwargs = {"context": context} if context is not None and _takes_context(hook) else {}
     if inspect.iscoroutinefunction(hook):
-        await hook(claim, storage_class, request)
+        await hook(claim, storage_class, request, **kwargs)
         return
-    result = await asyncio.to_thread(hook, claim, storage_class, request)  # as kopf runs one
+    result = await asyncio.to_thread(hook, claim, storage_class, request, **kwargs)  # as kopf
     if inspect.isawaitable(result):  # a callable object, a partial: whatever it gives back
         await result

@@ -39,6 +39,7 @@ from kopf_csi.provisioning.journal import Journal, JournalError
 from kopf_csi.provisioning.options import ProvisionerOptions
 from kopf_csi.provisioning.parameters import driver_parameters
 from kopf_csi.provisioning.reclaiming import Reclaimer
+from kopf_csi.provisioning.reservations import Reservations
 from kopf_csi.provisioning.sourcing import Sources
 from kopf_csi.provisioning.states import (
     ProvisioningState,
@@ -79,6 +80,7 @@ class Provisioner:
         observer: ProvisioningObserver | None = None,
         backend: ProvisionerBackend | None = None,
         name: str | None = None,
+        reservations: Reservations | None = None,
     ) -> None:
         self.csi = csi_client
         self.api = api
@@ -90,6 +92,9 @@ class Provisioner:
         self.journal = journal
         self.hooks = hooks
         """Users' CreateVolume hooks (`kopf_csi.provisioning.hooks`), read at every attempt."""
+        self.reservations = reservations if reservations is not None else Reservations()
+        """The hooks' holds (`context.reserve`): released when an attempt fails with nothing
+        left on the driver, or (by the claim's watch) when the claim is deleted."""
         self.observer = observer
         """Metrics (`kopf_csi.observing`): told of every provisioning attempt's outcome."""
         self.sources = Sources(api=api, caches=caches, options=options)
@@ -102,6 +107,7 @@ class Provisioner:
                 csi_client=csi_client, api=api, caches=caches, driver=driver, options=options,
                 identity=identity, sources=self.sources, hooks=hooks,
                 topology_memos=self.topology_memos, record=self._record,
+                reservations=self.reservations,
             )  # fmt: skip
         self.backend: ProvisionerBackend = backend
         if name is None:
@@ -255,6 +261,7 @@ class Provisioner:
         try:
             volume = await self._provision(claim, storage_class)
         except IgnoredError as exc:
+            self.reservations.release(uid_of(claim))
             if exc.event_message:
                 await self.recorder.post(
                     claim, type_=events.NORMAL, reason=names.REASON_PROVISIONING,
@@ -400,6 +407,8 @@ class Provisioner:
     ) -> Outcome:
         self._observe_failure(claim)
         outcome = failure_outcome(error, state=state, claim=claim)
+        if outcome.state is not ProvisioningState.IN_BACKGROUND:  # nothing left on the driver
+            self.reservations.release(uid_of(claim))
         if outcome.state is ProvisioningState.IN_BACKGROUND:
             self.in_progress[key] = claim
         elif outcome.state is ProvisioningState.FINISHED:

@@ -48,7 +48,12 @@ import pytest
 from kopf_csi.driver import Driver, DriverConfig, Features, running_driver
 from kopf_csi.settings import CSISettings, KubeSettings, Settings
 from kopf_csi.testing.lostexceptions import LostExceptions
-from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
+from kopf_csi.testing.operator import (
+    DEFAULT_MODULES,
+    OperatorThread,
+    StartupError,
+    running_operator,
+)
 
 pytest_asyncio: types.ModuleType | None
 try:
@@ -60,7 +65,16 @@ if TYPE_CHECKING:  # the emulator needs kmock (the `testing` extra): imported wh
     from kopf_csi.testing.emulator import EmulatedCluster
     from kopf_csi.testing.kcm import ControllerManager
 
-__all__ = ["DRIVER_NAME", "NODE", "TOPOLOGY_KEY", "seed_node", "until"]
+__all__ = [
+    "DEFAULT_MODULES",
+    "DRIVER_NAME",
+    "NODE",
+    "TOPOLOGY_KEY",
+    "OperatorThread",
+    "StartupError",
+    "seed_node",
+    "until",
+]
 
 DRIVER_NAME = "hostpath.csi.kopf.dev"
 NODE = "node-1"
