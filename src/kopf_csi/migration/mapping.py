@@ -363,7 +363,8 @@ def plan(sidecars: Sequence[Sidecar], *, workload: str, present: Iterable[str]) 
     _keep_fallbacks(given, present)
     _switch_off_absent(given, present)
     try:
-        flags.resolve(given, {})
+        if not refusals:  # a value left out by a refusal would make a second, false one
+            flags.resolve(given, {})
     except ValueError as exc:  # SettingsError: a value kopf-csi refuses (it names the flag)
         flag = str(exc).partition("=")[0]
         refusals.append(Refusal(workload, origin.get(flag, sidecars[0].container), flag, str(exc)))
