@@ -124,9 +124,19 @@ def test_the_real_tree_keeps_every_contract() -> None:
             id="prometheus-client outside metrics",
         ),
         pytest.param(
-            "kopf_csi/kube.py", "import yaml", "sandbox-extra",
-            "kopf_csi.kube -> yaml",
+            "kopf_csi/kube.py", "import kmock", "sandbox-extra",
+            "kopf_csi.kube -> kmock",
             id="the sandbox extra in runtime code",
+        ),
+        pytest.param(
+            "kopf_csi/kube.py", "import yaml", "yaml",
+            "kopf_csi.kube -> yaml",
+            id="yaml in runtime code",
+        ),
+        pytest.param(
+            "kopf_csi/migration/mapping.py", "import yaml", "yaml",
+            "kopf_csi.migration.mapping -> yaml",
+            id="yaml in migrate outside its stream module",
         ),
         pytest.param(
             "kopf_csi/driver/node.py", "import grpclib.server", "grpc",

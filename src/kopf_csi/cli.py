@@ -27,11 +27,11 @@ from typing import Any, NoReturn
 from kopf_csi import flags, modules
 from kopf_csi.settings import Settings, SettingsError
 
-__all__ = ["UsageError", "main", "reference", "settings_for"]
+__all__ = ["UsageError", "kubectl_main", "main", "reference", "settings_for"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("auto", "json", "console")
-COMMANDS = ("run", "config", "docs", "explain", "rbac")
+COMMANDS = ("run", "config", "docs", "explain", "rbac", "migrate")
 
 
 class UsageError(Exception):
@@ -135,6 +135,7 @@ def _build_parser() -> _Parser:
     docs.add_argument("--output", metavar="FILE", help="write it to FILE instead")
     _add_explain(commands)
     _add_rbac(commands)
+    _add_migrate(commands)
     return parser
 
 
@@ -181,6 +182,36 @@ def _add_explain(commands: Any) -> None:
         description=command.__doc__.split("\n\n")[0] if command.__doc__ else None,
     )  # fmt: skip
     command.add_arguments(explain)
+
+
+def _add_migrate(commands: Any) -> None:
+    """`kopf-csi migrate`: its arguments live with it (`kopf_csi.migration.command`)."""
+    from kopf_csi.migration import command
+
+    migrate = commands.add_parser(
+        "migrate", help="rewrite a driver's manifests from the Go sidecars to kopf-csi, or back",
+        description=command.__doc__.split("\n\n")[0] if command.__doc__ else None,
+    )  # fmt: skip
+    command.add_arguments(migrate)
+
+
+def kubectl_main() -> None:
+    """The `kubectl-csi` plugin: `kubectl csi migrate ...`, and explain's commands otherwise."""
+    if sys.argv[1:2] != ["migrate"]:
+        from kopf_csi.explain import command as explain
+
+        explain.kubectl_main()
+        return
+    from kopf_csi.migration import command
+
+    parser = _Parser(prog="kubectl csi migrate", description=command.__doc__)
+    command.add_arguments(parser)
+    try:
+        args = parser.parse_args(sys.argv[2:])
+    except UsageError as exc:
+        print(f"kubectl csi migrate: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(command.run(args, prog="kubectl csi migrate"))
 
 
 def _go_spellings(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
@@ -450,6 +481,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             code = explain.run(args, env, prog="kopf-csi explain")
         elif args.command == "rbac":
             code = _rbac(args)
+        elif args.command == "migrate":
+            from kopf_csi.migration import command as migration
+
+            code = migration.run(args)
         else:
             code = _docs(args)
     except (UsageError, SettingsError) as exc:

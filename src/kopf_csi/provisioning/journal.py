@@ -24,6 +24,18 @@ every lane is busy does it join the batch of the lane whose commit started first
 stays in its lane until it is removed. After a restart every lane is read. The number of lanes
 is part of the format: it may grow, never shrink (records in a lane no longer read would be
 forgotten).
+
+Format: each record is a claim's UID → the JSON of `snapshot_of(claim)`, a claim-shaped object
+(apiVersion, kind, metadata, spec), with `"journalFormat": FORMAT` beside them. Versions:
+
+1. (the first releases, one ConfigMap, then the lanes) the snapshot alone, no `journalFormat`;
+2. (this one) the same snapshot, with `"journalFormat": 2`.
+
+`decode` reads every format up to `FORMAT` (a record without the key is format 1). A record
+of a newer format (a newer release's, after a rollback) is neither acted on nor dropped: it is
+left in its lane for that release, with a warning. A reader of format 1 that ignores unknown
+keys (every release so far) reads format 2 as its own, so a rollback by one release loses
+nothing either, as long as its lanes are read (docs/operations.md, "Upgrading").
 """
 
 from __future__ import annotations
@@ -38,12 +50,28 @@ import structlog
 
 from kopf_csi import kube
 
-__all__ = ["LANES", "Journal", "JournalError", "journal_name", "lane_names", "snapshot_of"]
+__all__ = [
+    "FORMAT",
+    "LANES",
+    "Journal",
+    "JournalError",
+    "decode",
+    "encode",
+    "journal_name",
+    "lane_names",
+    "snapshot_of",
+]
 
 log = structlog.get_logger("kopf_csi.journal")
 Body = Mapping[str, Any]
 LANES = 4
 """ConfigMaps per journal: commits in flight at once (never fewer than a release before)."""
+
+
+FORMAT = 2
+"""The format of the records this release writes; it reads every one up to it."""
+
+FORMAT_KEY = "journalFormat"
 
 
 class JournalError(RuntimeError):
@@ -75,6 +103,32 @@ def snapshot_of(claim: Body) -> dict[str, Any]:
         },
         "spec": claim.get("spec", {}),
     }
+
+
+def encode(claim: Body) -> str:
+    """A claim's record: its snapshot and the format, as compact JSON."""
+    record = {**snapshot_of(claim), FORMAT_KEY: FORMAT}
+    return json.dumps(record, separators=(",", ":"), sort_keys=True)
+
+
+class NewerFormatError(ValueError):
+    """A record of a format newer than this release reads."""
+
+
+def decode(raw: str) -> dict[str, Any]:
+    """The claim snapshot of a record of any format up to `FORMAT`.
+
+    Raises ValueError for a record that is not one, NewerFormatError for a newer format.
+    """
+    record = json.loads(raw)
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")  # noqa: TRY004 (bad data, as bad JSON is)
+    version = record.pop(FORMAT_KEY, 1)  # format 1 had no key
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"bad {FORMAT_KEY}: {version!r}")
+    if version > FORMAT:
+        raise NewerFormatError(f"format {version}, newer than this release's {FORMAT}")
+    return record  # formats 1 and 2 hold the same snapshot
 
 
 class Journal:
@@ -190,7 +244,9 @@ class _Lane:
         claims = {}
         for uid, raw in data.items():
             try:
-                claims[uid] = json.loads(raw)
+                claims[uid] = decode(raw)
+            except NewerFormatError as exc:  # a newer release's: left for it, untouched
+                log.warning("journal_entry_newer_format", uid=uid, lane=self.name, error=str(exc))
             except ValueError:
                 log.warning("journal_entry_unreadable", uid=uid)
         self._recorded = set(claims)
@@ -220,7 +276,7 @@ class _Lane:
         """Add the claim to the next write; the future is that write's outcome."""
         self._removes.discard(uid)
         if uid not in self._adds:
-            self._adds[uid] = json.dumps(snapshot_of(claim), separators=(",", ":"), sort_keys=True)
+            self._adds[uid] = encode(claim)
         if self._batch is None:
             self._batch = asyncio.get_running_loop().create_future()
             self._batch.add_done_callback(_retrieved)  # a failure nobody waits for is no error
