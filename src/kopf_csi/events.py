@@ -58,7 +58,7 @@ async def flush_all(timeout: float) -> None:
     API closes). Recorders whose senders run on another loop (another operator in this
     process, a test's that ended) are theirs to flush."""
     loop = asyncio.get_running_loop()
-    recorders = [r for r in list(_recorders) if r.runs_on(loop)]
+    recorders = [r for r in list(_recorders) if r._runs_on(loop)]
     try:
         await asyncio.wait_for(asyncio.gather(*(r.flush() for r in recorders)), timeout=timeout)
     except TimeoutError:
@@ -135,7 +135,7 @@ class Recorder:
         self._last: dict[str, LastEvent] = {}
         _recorders.add(self)
 
-    def runs_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+    def _runs_on(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether this recorder's senders (if it has any yet) run on `loop`."""
         return all(s is None or s.get_loop() is loop for s in self._senders)
 
