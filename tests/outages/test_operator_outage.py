@@ -7,8 +7,9 @@ server drains (some requests served, some answered 503, some connections reset; 
 end), is gone (connects refused), and comes back, in the middle of a burst of claims, with
 Go's retry intervals. We test these aspects:
 - every claim is Bound soon after the server is back (the work that failed during the outage
-  runs again at once, not after its grown backoff), one PV each, one CreateVolume per volume
-  that the driver kept (a retried call finds its volume: no duplicate on the driver);
+  runs again at once, not after its grown backoff), one PV each, and exactly one CreateVolume
+  per claim (a PV whose POST was refused is saved again as made; one whose POST landed
+  unanswered is read first), one DeleteVolume per volume;
 - the outage is logged as one warning when it starts and one when it ends, and no work
   failure is logged with a traceback;
 - no task's exception is lost (the kit fails the test otherwise);
@@ -27,6 +28,7 @@ import structlog
 from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
+from kopf_csi.testing.spies import Calls
 
 from ..conftest import until
 from ..provisioner.conftest import NAMESPACE, make_claim, make_storage_class
@@ -58,6 +60,7 @@ async def test_a_restart_mid_create_and_mid_delete_leaves_nothing_behind(
     operator: OperatorThread,
     driver: Driver,
     caplog: pytest.LogCaptureFixture,
+    calls: Calls,
 ) -> None:
     cluster.write_latency = 0.005
     await make_storage_class(cluster, operator)
@@ -77,6 +80,9 @@ async def test_a_restart_mid_create_and_mid_delete_leaves_nothing_behind(
         volumes = cluster.objects("persistentvolumes")
         assert len(volumes) == CLAIMS
         assert len(driver.state.volumes) == CLAIMS
+        # Never a second CreateVolume: a PV whose POST was refused is saved again as it was
+        # made, one whose POST landed unanswered is read first.
+        assert calls.count("CreateVolume") == CLAIMS
 
         for index in range(CLAIMS):
             cluster.delete("persistentvolumeclaims", NAMESPACE, f"c{index:03}")
@@ -86,6 +92,7 @@ async def test_a_restart_mid_create_and_mid_delete_leaves_nothing_behind(
         await restart
         await until(lambda: not cluster.objects("persistentvolumes"), timeout=CONVERGE + 20)
         await until(lambda: not driver.state.volumes, timeout=5)
+        assert calls.count("DeleteVolume") == CLAIMS
 
     assert converged < CONVERGE, f"all Bound {converged:.1f}s after the server was back"
     outages = [e["event"] for e in logs if str(e["event"]).startswith("api_")

@@ -125,6 +125,11 @@ class Provisioner:
         self.in_progress: dict[str, Body] = {}
         """Claims whose CreateVolume may still run on the driver (claimsInProgress)."""
         self.slow_retries: dict[str, SlowRetry] = {}
+        self.unsaved: dict[str, dict[str, Any]] = {}
+        """PVs made on the back end whose POST met an outage, by claim UID: the next attempt
+        saves the same PV without asking the back end again (external-provisioner keeps its
+        unsaved PVs the same way; a restart forgets them, and the journal finishes the claim
+        with a CreateVolume that finds its volume)."""
         self.saves_in_doubt: set[str] = set()
         """PVs whose POST got no answer: they may exist. Read before the claim's next attempt,
         which would otherwise call CreateVolume again before the PV's watch event came."""
@@ -297,19 +302,26 @@ class Provisioner:
             volume_name=self._volume_name(claim),
             selected_node=self._selected_node(claim),
         )
-        if self.csi_backend is None:  # the CSI back end records just before CreateVolume
-            await self._record(claim)
-        result = await self.backend.provision(options)
-        if result.volume is None:
-            raise result.error()
-        volume = complete_volume(
-            result.volume,
-            claim=claim,
-            storage_class=storage_class,
-            volume_name=options.volume_name,
-            requested_bytes=options.requested_bytes,
-        )
-        await self._save(volume)
+        volume = self.unsaved.pop(uid_of(claim), None)
+        if volume is None:
+            if self.csi_backend is None:  # the CSI back end records just before CreateVolume
+                await self._record(claim)
+            result = await self.backend.provision(options)
+            if result.volume is None:
+                raise result.error()
+            volume = complete_volume(
+                result.volume,
+                claim=claim,
+                storage_class=storage_class,
+                volume_name=options.volume_name,
+                requested_bytes=options.requested_bytes,
+            )
+        try:
+            await self._save(volume)
+        except ProvisioningError as exc:
+            if kube.is_unavailable(exc):  # the API server is away: keep what the driver made
+                self.unsaved[uid_of(claim)] = volume
+            raise
         if self.csi_backend is not None:  # only the CSI back end protects its data sources
             await self.sources.release_snapshot_source(claim)
         return volume
@@ -474,6 +486,7 @@ class Provisioner:
 
     def _forget(self, key: str, claim: Body) -> None:
         self.in_progress.pop(key, None)
+        self.unsaved.pop(uid_of(claim), None)
         self.slow_retries.pop(key, None)
         self.topology_memos.pop(uid_of(claim), None)
         self._release(claim)
