@@ -31,7 +31,7 @@ from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls
 
 from ..conftest import until
-from ..provisioner.conftest import NAMESPACE, make_claim, make_storage_class
+from ..provisioner.conftest import NAMESPACE, make_claim, make_pod, make_storage_class
 
 pytestmark = pytest.mark.usefixtures("kcm")
 
@@ -106,3 +106,59 @@ async def test_a_restart_mid_create_and_mid_delete_leaves_nothing_behind(
     assert not noise, sorted({(e["event"], str(e.get("error"))[:150]) for e in noise})
     loud = [(r.name, r.getMessage()[:100]) for r in caplog.records if r.levelno >= logging.WARNING]
     assert not loud, loud  # kopf's own retries included
+
+
+ATTACHED = 30
+
+
+def _attached(cluster: EmulatedCluster) -> int:
+    return sum(
+        bool((va.get("status") or {}).get("attached"))
+        for va in cluster.objects("volumeattachments")
+    )
+
+
+async def test_a_restart_mid_attach_and_mid_detach_publishes_each_once(
+    cluster: EmulatedCluster,
+    operator: OperatorThread,
+    driver: Driver,
+    calls: Calls,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Attaches and detaches through a restart each: every VolumeAttachment attached, then
+    gone, with exactly one ControllerPublish and one ControllerUnpublish each (a publish whose
+    status write met the outage is written, not published again), and no attach or detach
+    error in any status."""
+    cluster.write_latency = 0.005
+    await make_storage_class(cluster, operator)
+    for index in range(ATTACHED):
+        make_claim(cluster, f"a{index:03}")
+    await until(lambda: _bound(cluster) == ATTACHED, timeout=30)
+    with structlog.testing.capture_logs() as logs:
+        for index in range(ATTACHED):
+            make_pod(cluster, f"p{index:03}", f"a{index:03}")
+            if index == ATTACHED // 3:
+                restart = asyncio.create_task(cluster.restart_apiserver(drain=0.5, gone=1.0))
+            await asyncio.sleep(0.01)
+        await restart
+        await until(lambda: _attached(cluster) == ATTACHED, timeout=CONVERGE + 20)
+        errors = [
+            va["status"]
+            for va in cluster.objects("volumeattachments")
+            if "attachError" in va.get("status", {}) or "detachError" in va.get("status", {})
+        ]
+        assert not errors, errors
+        assert calls.count("ControllerPublishVolume") == ATTACHED
+
+        for index in range(ATTACHED):
+            cluster.delete("pods", NAMESPACE, f"p{index:03}")
+            if index == ATTACHED // 3:
+                restart = asyncio.create_task(cluster.restart_apiserver(drain=0.5, gone=1.0))
+            await asyncio.sleep(0.01)
+        await restart
+        await until(lambda: not cluster.objects("volumeattachments"), timeout=CONVERGE + 20)
+    assert calls.count("ControllerUnpublishVolume") == ATTACHED
+    noise = _noise(logs)
+    assert not noise, sorted({(e["event"], str(e.get("error"))[:150]) for e in noise})
+    loud = [(r.name, r.getMessage()[:100]) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not loud, loud

@@ -76,6 +76,9 @@ class Attacher:
         self.force_sync: set[str] = set()
         self.unpublished: collections.OrderedDict[str, None] = collections.OrderedDict()
         """UIDs of VAs whose ControllerUnpublish succeeded and whose writes are not done."""
+        self.published: collections.OrderedDict[str, dict[str, str]] = collections.OrderedDict()
+        """Publish contexts by VA UID, of VAs whose ControllerPublish succeeded and whose status
+        write met an outage: the next attempt writes it without publishing again."""
         """VAs the reconciler found out of sync: attach or detach them even if done (forceSync)."""
         self._seen: dict[str, Body] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -124,16 +127,29 @@ class Attacher:
         forced = name in self.force_sync
         self.force_sync.discard(name)
         if not forced and (va.get("status") or {}).get("attached"):
+            self.published.pop(va["metadata"].get("uid", ""), None)
             return DONE
+        uid = va["metadata"].get("uid", "")
+        publish_context = None if forced else self.published.pop(uid, None)
         try:
-            va, publish_context = await self._attach(va)
+            if publish_context is None:
+                va, publish_context = await self._attach(va)
         except (AttachError, CSIError) as exc:
+            if kube.is_unavailable(exc):  # the outage is told once; no status error for it
+                log.debug("attach_failed", error=error_text(exc))
+                return RETRY
             log.warning("attach_failed", error=error_text(exc), final=is_final(exc))
             await self._save_error(va, "attachError", exc)
             return RETRY
         try:
             await self._patch_status(va, decisions.attached_status(publish_context))
         except kube.KubeError as exc:
+            if kube.is_unavailable(exc):  # published: only the status is left to write
+                self.published[uid] = publish_context
+                while len(self.published) > UNPUBLISHED_REMEMBERED:
+                    self.published.popitem(last=False)
+                log.debug("attach_not_recorded", error=str(exc))
+                return RETRY
             log.warning("attach_not_recorded", error=f"failed to mark as attached: {exc.message}")
             return RETRY
         log.info("volume_attached", node=(va.get("spec") or {}).get("nodeName"))
@@ -222,6 +238,9 @@ class Attacher:
                 try:
                     await self._detach(va)
                 except (AttachError, CSIError) as exc:
+                    if kube.is_unavailable(exc):  # the outage is told once; no status error
+                        log.debug("detach_failed", error=error_text(exc))
+                        return RETRY
                     log.warning("detach_failed", error=error_text(exc), final=is_final(exc))
                     await self._save_error(va, "detachError", exc)
                     return RETRY
