@@ -35,7 +35,7 @@ import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
-from devtools.bench.waits import Waits
+from devtools.bench.waits import TRACE_LIMIT, Waits
 from kopf_csi import logs
 from kopf_csi.queueing import WorkQueue
 from kopf_csi.settings import CSISettings, KubeSettings, Settings, WorkerSettings
@@ -154,7 +154,7 @@ async def _serve(args: argparse.Namespace) -> int:
     except (TimeoutError, RuntimeError) as exc:
         _say({"ready": False, "error": repr(exc)})
         return 1
-    waits = Waits(operator.memo)
+    waits = Waits(operator.memo, trace_limit=args.trace_requests)
     loop = operator._loop  # the operator's own loop, in its thread
     assert loop is not None
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
@@ -200,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--tracemalloc", type=int, default=0, metavar="FRAMES",
         help="trace allocations, keeping FRAMES frames each (for `memory`)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trace-requests", type=int, default=TRACE_LIMIT, metavar="N",
+        help="keep the steps of the first N requests (`waits`' first requests; 0: none)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.tracemalloc:
