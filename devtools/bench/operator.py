@@ -112,7 +112,22 @@ def _stats(operator: OperatorThread) -> dict[str, Any]:
     provisioner = getattr(memo, "provisioner", None)
     if provisioner is not None:
         stats["in_progress"] = len(provisioner.in_progress)
+    stats["csi_streams"] = _csi_streams(memo)
     return stats
+
+
+def _csi_streams(memo: Any) -> dict[str, int] | None:
+    """The CSI connection's HTTP/2 streams kept by h2, by state, and the closed ones it
+    remembers (each new stream walks the former: they should stay few)."""
+    try:
+        h2 = memo.csi._channel._protocol.processor.connection._connection
+    except AttributeError:
+        return None
+    states: dict[str, int] = {}
+    for stream in list(h2.streams.values()):
+        state = stream.state_machine.state.name
+        states[state] = states.get(state, 0) + 1
+    return {**states, "remembered_closed": len(h2._closed_streams)}
 
 
 def _memory(limit: int = 25) -> dict[str, Any]:
