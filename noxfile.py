@@ -71,9 +71,11 @@ def sandbox(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmark: 200 claims at once (issue 13's burst, judged against the Go sidecars on a real
-    server), 1,000 claims end to end, the RSS with 10,000 PVs, 1,000 attaches and detaches.
+    server), 1,000 claims end to end, the RSS with 10,000 PVs, 1,000 attaches and detaches,
+    and the steady churn of issue 34 (20 claims a second for 90 s, each deleted after 30 s).
 
-    Arguments replace the default runs: `nox -s bench -- --claims 200 --class wffc`. The
+    Arguments replace the default runs: `nox -s bench -- --claims 200 --class wffc`,
+    `nox -s bench -- --churn 5 --lifetime 30 --duration 600`. The
     benchmark and the chaos suite live in `devtools/`, not installed: nox runs them from here.
     """
     install(session)
@@ -84,6 +86,9 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "devtools.bench", "--claims", "1000")
     session.run("python", "-m", "devtools.bench", "--scale", "10000")
     session.run("python", "-m", "devtools.bench", "--attach", "1000")
+    session.run(
+        "python", "-m", "devtools.bench", "--churn", "20", "--lifetime", "30", "--duration", "90"
+    )
 
 
 # --- kind: the manifests on a real (local) cluster ----------------------------------------------

@@ -11,6 +11,10 @@ We test these aspects:
 - a scale run (30 pairs) has the operator list every pair, write nothing, and report its memory;
 - an attach run (20 VolumeAttachments over 10 nodes) attaches every one through the driver,
   detaches every one, and reports the same figures as a claims run;
+- a churn run (claims at a steady rate, each deleted after a lifetime, some with a pod) posts,
+  provisions, attaches, detaches and deletes every claim, and reports each figure: claim -> PV
+  and delete -> PV gone at p50/p90/p99/max, CPU per volume, RSS per third, writes per volume
+  by verb and resource, the operator's waits, the targets;
 - issue 13's burst targets are computed from the phases' figures (every client's writes of
   both phases, CPU of both, the first PV after its own claim) against the Go sidecars'.
 - the operator's process starts from any working directory: `devtools` is not installed, and
@@ -25,12 +29,13 @@ import io
 import math
 import pathlib
 
-from devtools.bench import Options, run_attach, run_claims, run_scale
+from devtools.bench import Options, run_attach, run_churn, run_claims, run_scale
 from devtools.bench.procfs import MiB
 from devtools.bench.progress import Progress
 from devtools.bench.report import (
     burst_targets,
     format_attach,
+    format_churn,
     format_claims,
     format_scale,
     percentile,
@@ -191,6 +196,47 @@ async def test_attach_run_attaches_and_detaches_every_attachment(tmp_path: pathl
     lines = stream.getvalue().splitlines()
     assert any(line.startswith("attach") for line in lines)
     assert any(line.startswith("detach") for line in lines)
+
+
+async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -> None:
+    options = Options(churn=8, lifetime=1.5, duration=2, attached=0.5, workdir=tmp_path / "bench")
+    report = await run_churn(options, Progress(enabled=False))
+
+    assert report["claims"] == 16
+    assert report["attached"] == 8  # every other claim had a pod
+    for name in ("latency_to_volume", "latency_to_volume_gone", "latency_to_bound"):
+        figures = report[name]
+        assert figures["count"] == 16, name
+        assert 0 < figures["p50_ms"] <= figures["p90_ms"] <= figures["p99_ms"] <= figures["max_ms"]
+    assert report["latency_to_attached"]["count"] == 8  # made by the KCM stand-in, attached
+    assert report["pvs_left"] == report["driver_volumes_left"] == 0
+    assert report["cpu_ms_per_volume"] == round(report["cpu_seconds"] * 1000 / 16, 2)
+    assert len(report["rss_thirds_mib"]) == 3
+    assert report["rss_samples"] >= 3
+    assert report["cpu_ms_per_second"]
+    requests = report["requests"]
+    assert requests["by_resource"]["create persistentvolumes"] == 16
+    assert requests["by_resource"]["delete persistentvolumes"] == 16
+    every = report["writes"]["all"]
+    for write, n in {"POST pvc": 1, "DELETE pvc": 1, "POST pv": 1, "POST pods": 0.5,
+                     "DELETE pods": 0.5, "POST volumeattachments": 0.5}.items():  # fmt: skip
+        assert every[write] == n, write
+    waits = report["operator_waits"]
+    assert waits["journal"]["records"] >= 16
+    assert waits["claims_queue"]["count"] >= 16
+    assert waits["loop_lag"]["samples"] > 0
+    assert "first_requests" not in waits  # a long run: summaries only
+    assert report["other_clients"] == {}
+    assert report["operator_events"].get("ProvisioningSucceeded") == 16
+    assert [t["name"] for t in report["targets"]] == [
+        "CPU per volume, create + delete", "RSS, last third minus first",
+    ]  # fmt: skip
+    text = format_churn(report)
+    for label in ("claim -> PV, p50 / p90 / p99 / max", "delete -> PV gone", "CPU per volume",
+                  "RSS, thirds", "by resource", "writes per volume, all clients",
+                  "event-loop lag", "in-flight journal", "claims queue", "connection pool",
+                  "lab: Go sidecars"):  # fmt: skip
+        assert label in text, label
 
 
 def test_burst_targets_are_judged_against_the_go_sidecars() -> None:

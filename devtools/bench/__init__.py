@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["BenchError", "Options", "main", "run", "run_attach", "run_claims", "run_scale"]
+__all__ = [
+    "BenchError", "Options", "main", "run", "run_attach", "run_churn", "run_claims", "run_scale",
+]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

@@ -97,6 +97,13 @@ class Options:
     20 / 30); at 200 claims nothing waits, at 1,000 the PV controller's annotations, events
     and bindings wait (docs/benchmarks.md, "The deletion path")."""
     kcm_api_burst: int = 400
+    churn: float | None = None
+    """Churn mode: claims posted per second, each deleted `lifetime` seconds after its POST,
+    for `duration` seconds (`devtools.bench.churn`)."""
+    lifetime: float = 30.0
+    duration: float = 90.0
+    attached: float = 0.25
+    """Churn mode: the share of claims posted with a pod (attached, then detached)."""
     latency: str = "real"
     """The emulated API's request durations (`LATENCY_MODELS`): `real`, the real server's under
     a 200-claim burst (`kopf_csi.testing.latency.REAL_SERVER`), or `none` (microseconds)."""
@@ -277,6 +284,8 @@ async def open_environment(
                 profile=options.profile.resolve() if options.profile else None,
                 tracemalloc=options.tracemalloc,
                 log_level=options.log_level,
+                # churn: no per-request steps kept (they would grow the RSS it watches)
+                trace_requests=0 if options.churn else None,
             )
             env = Env(cluster, kcm, driver, operator, progress, timeout, socket_path)
             env.lag.start()

@@ -18,6 +18,7 @@ no samples and is not used here: the benchmark measures earlier revisions of the
 
 from __future__ import annotations
 
+import array
 import asyncio
 import math
 import time
@@ -27,12 +28,16 @@ __all__ = ["LagProbe"]
 
 
 class LagProbe:
-    """Samples of (when it was due, how late it ran), on `time.perf_counter`."""
+    """Samples of (when it was due, how late it ran), on `time.perf_counter`.
+
+    Kept in two arrays of doubles (16 bytes a sample, 1 MiB for 10 minutes at 10 ms): the probe
+    runs in the operator's process, whose RSS the churn mode watches for growth."""
 
     def __init__(self, *, interval: float = 0.01, keep: int = 100_000) -> None:
         self.interval = interval
         self.keep = keep
-        self.samples: list[tuple[float, float]] = []
+        self._dues = array.array("d")
+        self._lags = array.array("d")
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
 
@@ -51,9 +56,14 @@ class LagProbe:
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
         now = time.perf_counter()
-        if len(self.samples) < self.keep:
-            self.samples.append((self._due, max(0.0, now - self._due)))
+        if len(self._dues) < self.keep:
+            self._dues.append(self._due)
+            self._lags.append(max(0.0, now - self._due))
         self._schedule(loop)
+
+    @property
+    def samples(self) -> list[tuple[float, float]]:
+        return list(zip(self._dues, self._lags, strict=True))
 
     def summary(self, *, since: float = 0.0) -> dict[str, Any]:
         lags = sorted(lag for due, lag in self.samples if due >= since)

@@ -35,7 +35,7 @@ import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
-from devtools.bench.waits import Waits
+from devtools.bench.waits import TRACE_LIMIT, Waits
 from kopf_csi import logs
 from kopf_csi.queueing import WorkQueue
 from kopf_csi.settings import CSISettings, KubeSettings, Settings, WorkerSettings
@@ -112,7 +112,22 @@ def _stats(operator: OperatorThread) -> dict[str, Any]:
     provisioner = getattr(memo, "provisioner", None)
     if provisioner is not None:
         stats["in_progress"] = len(provisioner.in_progress)
+    stats["csi_streams"] = _csi_streams(memo)
     return stats
+
+
+def _csi_streams(memo: Any) -> dict[str, int] | None:
+    """The CSI connection's HTTP/2 streams kept by h2, by state, and the closed ones it
+    remembers (each new stream walks the former: they should stay few)."""
+    try:
+        h2 = memo.csi._channel._protocol.processor.connection._connection
+    except AttributeError:
+        return None
+    states: dict[str, int] = {}
+    for stream in list(h2.streams.values()):
+        state = stream.state_machine.state.name
+        states[state] = states.get(state, 0) + 1
+    return {**states, "remembered_closed": len(h2._closed_streams)}
 
 
 def _memory(limit: int = 25) -> dict[str, Any]:
@@ -154,7 +169,7 @@ async def _serve(args: argparse.Namespace) -> int:
     except (TimeoutError, RuntimeError) as exc:
         _say({"ready": False, "error": repr(exc)})
         return 1
-    waits = Waits(operator.memo)
+    waits = Waits(operator.memo, trace_limit=args.trace_requests)
     loop = operator._loop  # the operator's own loop, in its thread
     assert loop is not None
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
@@ -200,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--tracemalloc", type=int, default=0, metavar="FRAMES",
         help="trace allocations, keeping FRAMES frames each (for `memory`)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trace-requests", type=int, default=TRACE_LIMIT, metavar="N",
+        help="keep the steps of the first N requests (`waits`' first requests; 0: none)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.tracemalloc:

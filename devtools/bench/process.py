@@ -55,6 +55,7 @@ class OperatorProcess:
         tracemalloc: int = 0,
         log_level: str = "INFO",
         start_timeout: float = 60.0,
+        trace_requests: int | None = None,
     ) -> None:
         self.argv = [
             sys.executable, "-m", "devtools.bench.operator",
@@ -66,6 +67,8 @@ class OperatorProcess:
             self.argv += ["--profile", str(profile)]
         if tracemalloc:
             self.argv += ["--tracemalloc", str(tracemalloc)]
+        if trace_requests is not None:  # else the operator's default (an older one: no flag)
+            self.argv += ["--trace-requests", str(trace_requests)]
         self.log_path = log_path
         self.start_timeout = start_timeout
         self._process: asyncio.subprocess.Process | None = None

@@ -21,6 +21,7 @@ __all__ = [
     "TARGET_RSS_MIB",
     "TARGET_WRITES",
     "format_attach",
+    "format_churn",
     "format_claims",
     "format_scale",
     "latencies",
@@ -118,10 +119,11 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 
 def latencies(values: Sequence[float]) -> dict[str, float]:
-    """p50, p99 and max, in milliseconds."""
+    """p50, p90, p99 and max, in milliseconds."""
     return {
         "count": len(values),
         "p50_ms": round(percentile(values, 50) * 1000, 1),
+        "p90_ms": round(percentile(values, 90) * 1000, 1),
         "p99_ms": round(percentile(values, 99) * 1000, 1),
         "max_ms": round(max(values) * 1000, 1) if values else math.nan,
     }
@@ -564,3 +566,131 @@ def _phase_details(report: Mapping[str, Any], phases: tuple[str, str]) -> list[s
         f"{startup['cpu_seconds']:.2f} s CPU",
         f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
     ]
+
+
+# Issue 34: the lab's steady churn on a real v1.36.2 control plane (20 claims a second for 90 s,
+# each deleted 30 s after its POST, QPS 1000 / 2000, 100 workers), kopf-csi 9dcf7ca beside the
+# four Go sidecars; seconds, ms per volume, MiB.
+LAB_CHURN: dict[str, dict[str, Any]] = {
+    "go": {"to_pv": (2.63, 7.85, 9.90), "to_gone": (4.41, 13.46), "cpu_ms": 15.3,
+           "rss": (244, 253)},
+    "kopf-csi 9dcf7ca": {"to_pv": (2.69, 10.13, 11.13), "to_gone": (5.51, 14.53),
+                         "cpu_ms": 16.8, "rss": (68, 72)},
+}  # fmt: skip
+CHURN_CPU_RATIO = 0.8  # issue 34: CPU per volume under churn at most 0.8 x Go's
+
+
+def _percentiles(figures: Mapping[str, Any]) -> str:
+    if not figures.get("count"):
+        return "none"
+    return (
+        " / ".join(f"{figures[key] / 1000:.2f}" for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))
+        + f" s ({figures['count']})"
+    )
+
+
+def format_churn(report: Mapping[str, Any]) -> str:
+    config, waits = report["config"], report.get("operator_waits") or {}
+    go = LAB_CHURN["go"]
+    requests, writes = report["requests"], report["writes"]
+    thirds = report["rss_thirds_mib"]
+    lag, journal = waits.get("loop_lag") or {}, waits.get("journal") or {}
+    bench = report["bench_loop_lag"]
+    lines = [
+        f"kopf-csi benchmark: churn, {config['churn']:g} claims/s for {config['duration']:g} s, "
+        f"each deleted {config['lifetime']:g} s after its POST ({report['claims']} claims, "
+        f"{report['attached']} with a pod), {config['workers']} workers, QPS "
+        f"{config['kube_api_qps']:g} / burst {config['kube_api_burst']}, latency model "
+        f"{config['latency']}{', TLS' if config.get('tls') else ''}",
+        f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
+        f"revision {config['revision']}",
+        f"  operator modules: {', '.join(config['operator_modules'])}",
+        "",
+        _table(
+            [
+                ("", "here", "lab: Go sidecars", "lab: kopf-csi 9dcf7ca"),
+                (
+                    "claim -> PV, p50 / p90 / p99 / max",
+                    _percentiles(report["latency_to_volume"]),
+                    "2.63 / 7.85 / 9.90 s",
+                    "2.69 / 10.13 / 11.13 s",
+                ),
+                (
+                    "delete -> PV gone, same",
+                    _percentiles(report["latency_to_volume_gone"]),
+                    "4.41 / - / 13.46 s",
+                    "5.51 / - / 14.53 s",
+                ),
+                ("claim -> Bound, same", _percentiles(report["latency_to_bound"]), "", ""),
+                (
+                    "VA created -> attached, same",
+                    _percentiles(report["latency_to_attached"]),
+                    "",
+                    "",
+                ),
+                (
+                    "CPU per volume (create + delete)",
+                    f"{report['cpu_ms_per_volume']:.2f} ms ({report['cpu_seconds']:.1f} s)",
+                    f"{go['cpu_ms']} ms",
+                    "16.8 ms (1.10x)",
+                ),
+                (
+                    "RSS, thirds of the steady window",
+                    " -> ".join(f"{v:g}" for v in thirds) + " MiB",
+                    "244 -> 253 MiB",
+                    "68 -> 72 MiB",
+                ),
+                (
+                    "left behind (PVs, driver volumes)",
+                    f"{report['pvs_left']}, {report['driver_volumes_left']}",
+                    "0",
+                    "0",
+                ),
+            ]
+        ),
+        "",
+        f"  run: {report['seconds']:.1f} s from the first POST to the last PV gone; operator "
+        f"CPU per second (ms): " + " ".join(f"{v:g}" for v in report["cpu_ms_per_second"]),
+        f"  API requests per volume (operator): reads {requests['reads_per_volume']:g}, writes "
+        f"{requests['writes_per_volume']:g}; by verb: {_verbs(requests)}",
+        "    by resource: "
+        + ", ".join(
+            f"{key} {n / max(report['claims'], 1):.3g}"
+            for key, n in requests["by_resource"].items()
+        ),
+        f"  writes per volume, all clients {writes['all_per_volume']:g}: "
+        f"{_per_volume(writes['all'])}",
+        f"  writes per volume, the operator {writes['operator_per_volume']:g}: "
+        f"{_per_volume(writes['operator'])}",
+        f"  watch events to the operator per volume: "
+        f"{_per_volume(report['watch_events']['per_volume'])}",
+        f"  error answers to the operator: "
+        f"{', '.join(f'{k}: {v}' for k, v in report['errors'].items()) or 'none'}",
+        "  where the operator's time went (its own measures, the whole run):",
+        f"    event-loop lag: mean {lag.get('mean_ms', 0):g} ms, p99 {lag.get('p99_ms', 0):g} "
+        f"ms, max {lag.get('max_ms', 0):g} ms",
+        f"    in-flight journal: {journal.get('records')} records in "
+        f"{journal.get('commits')} commits, waited {journal.get('waited_seconds')} s "
+        f"in all (mean {journal.get('mean_wait_ms')} ms)",
+        f"    claims queue, to a worker: {_tally(waits.get('claims_queue'))}",
+        f"    CreateVolume on the driver: {_tally(waits.get('create_volume'), ' calls')}",
+        f"    connection pool (limit {waits.get('pool_limit')}): waits "
+        f"{_tally(waits.get('pool_wait'))}; new connections (TCP + TLS) "
+        f"{_tally(waits.get('new_connections'))}",
+        f"    API requests, start to end: {_tally(waits.get('api_requests'))}",
+        "    garbage collector pauses by generation: "
+        + "; ".join(f"{g}: {_tally(t)}" for g, t in enumerate(waits.get("gc_pauses") or [])),
+        "    QPS limiter (per role): " + _limiter(waits.get("qps_limiter")),
+        f"  the benchmark process's loop: lag mean {bench.get('mean_ms', 0):g} ms, p99 "
+        f"{bench.get('p99_ms', 0):g} ms, max {bench.get('max_ms', 0):g} ms; its CPU "
+        f"{report['bench_cpu_seconds']:.1f} s",
+        f"  operator: RSS {_mib(report['operator']['rss_idle'])} idle after start, peak "
+        f"{_mib(report['operator']['rss_peak'])}, {_mib(report['operator']['rss_end'])} at the "
+        f"end; up to {report['operator']['threads_peak']} threads",
+        f"  events posted by the operator: {report['operator_events'] or 'none'}",
+        f"  KCM stand-in's clients: {_kcm_clients(report.get('kcm_clients') or {})}",
+        f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
+        "",
+        _targets(report.get("targets") or []),
+    ]
+    return "\n".join(lines)

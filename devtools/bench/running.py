@@ -23,8 +23,13 @@ settle. Then create N VolumeAttachments in one burst and wait until all are atta
 operator is idle; then delete them all and wait until every one is gone (detached) and the
 operator is idle again. Each phase reports VAs/s, latencies, CPU and requests per VA.
 
-The modes live in `claims`, `scale` and `attach`; the environment they share in `environment`,
-a measured phase in `phases`, the figures and their report in `report`.
+Churn mode (`--churn RATE --lifetime S --duration S`): claims posted at a steady rate, each
+deleted `lifetime` seconds after its POST, a share of them with a pod (attached by the KCM
+stand-in, detached before the claim's deletion); each claim's way to its PV and from its delete
+to its PV gone, CPU per volume, RSS over time, writes per volume, the operator's waits.
+
+The modes live in `claims`, `churn`, `scale` and `attach`; the environment they share in
+`environment`, a measured phase in `phases`, the figures and their report in `report`.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any
 
 from devtools.bench import report
 from devtools.bench.attach import run_attach
+from devtools.bench.churn import run_churn
 from devtools.bench.claims import run_claims
 from devtools.bench.environment import CLASSES, LATENCY_MODELS, BenchError, Options
 from devtools.bench.process import OperatorProcessError
@@ -47,7 +53,9 @@ from devtools.bench.progress import Progress
 from devtools.bench.scale import run_scale
 from kopf_csi import logs
 
-__all__ = ["BenchError", "Options", "main", "run", "run_attach", "run_claims", "run_scale"]
+__all__ = [
+    "BenchError", "Options", "main", "run", "run_attach", "run_churn", "run_claims", "run_scale",
+]  # fmt: skip
 
 # -- entry point -------------------------------------------------------------------------------
 
@@ -59,6 +67,8 @@ async def run(options: Options, progress: Progress | None = None) -> dict[str, A
             return await run_scale(options, progress)
         if options.attach:
             return await run_attach(options, progress)
+        if options.churn:
+            return await run_churn(options, progress)
         return await run_claims(options, progress)
     except OperatorProcessError as exc:
         raise BenchError(str(exc)) from exc
@@ -90,6 +100,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--attach", type=int, default=None, metavar="N",
         help="instead: attach and detach N VolumeAttachments (over 10 nodes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--churn", type=float, default=None, metavar="RATE",
+        help="instead: steady churn, RATE claims posted a second, each deleted after --lifetime",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lifetime", type=float, default=Options.lifetime, metavar="S",
+        help="churn mode: seconds from a claim's POST to its DELETE (default: 30)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--duration", type=float, default=Options.duration, metavar="S",
+        help="churn mode: seconds of posting (default: 90; 1,800 claims at 20 a second)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--attached", type=float, default=Options.attached, metavar="SHARE",
+        help="churn mode: the share of claims posted with a pod, attached (default: 0.25)",
     )  # fmt: skip
     parser.add_argument(
         "--kube-api-qps", type=float, default=Options.kube_api_qps,
@@ -150,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         kcm_api_burst=args.kcm_api_burst,
         scale=args.scale,
         attach=args.attach,
+        churn=args.churn,
+        lifetime=args.lifetime,
+        duration=args.duration,
+        attached=args.attached,
         workdir=args.dir,
         timeout=args.timeout,
         idle_wait=args.idle_wait,
@@ -169,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "scale": report.format_scale,
         "attach": report.format_attach,
         "claims": report.format_claims,
+        "churn": report.format_churn,
     }
     print(formatters[result["mode"]](result))
     if args.json:

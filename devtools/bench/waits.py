@@ -29,7 +29,7 @@ import aiohttp
 from devtools.bench.looplag import LagProbe
 from kopf_csi import names
 
-__all__ = ["Waits"]
+__all__ = ["TRACE_LIMIT", "Waits"]
 
 
 @dataclasses.dataclass
@@ -55,8 +55,9 @@ class _Tally:
 class Waits:
     """The operator's waits, installed on its loop; `summary()` for the `stats` command."""
 
-    def __init__(self, memo: Any) -> None:
+    def __init__(self, memo: Any, *, trace_limit: int | None = None) -> None:
         self.memo = memo
+        self.trace_limit = TRACE_LIMIT if trace_limit is None else trace_limit
         self.probe = LagProbe(interval=0.01)
         self.pool = _Tally()  # waits for a free connection (the connector's limit)
         self.connect = _Tally()  # new connections: TCP and TLS handshake
@@ -101,7 +102,7 @@ class Waits:
 
     async def _traced(self, _: Any, context: types.SimpleNamespace, params: Any) -> None:
         """One request's steps, for the first requests of a burst (`first_requests`)."""
-        if len(self.trace) >= TRACE_LIMIT:
+        if len(self.trace) >= self.trace_limit:
             return
         loop = asyncio.get_running_loop()
         now, clock = loop.time(), time.perf_counter()

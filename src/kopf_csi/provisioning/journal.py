@@ -9,8 +9,12 @@ PV is created for the deleted claim, the controller manager marks it Released, a
 deletion path removes the backend volume (or keeps it, visibly, under Retain).
 
 Cost: writes are group-committed. Every claim waiting to be recorded within one flush shares a
-single JSON merge patch, and removals ride along with the next flush (or go out after a short
-delay), so a burst of claims costs a fraction of a write per claim and a lone claim about one.
+single JSON merge patch, and removals ride along with the next flush (or go out after
+REMOVAL_DELAY), so a burst of claims costs a fraction of a write per claim and a lone claim
+about one. Under steady churn (claims posted and deleted all day) a lane's next record comes
+within a second, so a removal waits for it rather than taking a write of its own: a removal
+is not urgent (a record left by a restart is finished as requested, as after a failed
+removal), where every write is a request the API server and etcd also pay for.
 A claim is never sent to the driver before its record is durable: a failed write fails the
 attempt (and it is retried), which is the safe side.
 
@@ -78,6 +82,12 @@ class JournalError(RuntimeError):
     """The record could not be written; CreateVolume must not be called yet."""
 
 
+REMOVAL_DELAY = 1.0
+"""Seconds a lane's removals wait for its next record's write before going out alone (0.1 s
+until issue 34: at 20 claims a second, 0.27 removal-only writes per claim; docs/benchmarks.md,
+"Steady churn")."""
+
+
 def journal_name(driver_name: str) -> str:
     """`kopf-csi-inflight-<driver>`, sanitised like the Go sidecars' lease names."""
     safe = "".join(c if c.isalnum() or c == "-" else "-" for c in driver_name.lower())
@@ -140,7 +150,7 @@ class Journal:
         *,
         namespace: str,
         name: str,
-        removal_delay: float = 0.1,
+        removal_delay: float = REMOVAL_DELAY,
         lanes: int = LANES,
     ) -> None:
         self.namespace = namespace
