@@ -6,8 +6,15 @@ Kubernetes API over local HTTP, the reference CSI driver on a unix socket, kopf 
 
 - `cluster`: the emulated Kubernetes API (`EmulatedCluster`); `kubeconfig`: a file for it;
 - `kcm`: the kube-controller-manager stand-in (binds claims, releases volumes, attaches);
-- `driver`: the reference CSI driver (`driver_config` to change its features or faults);
+- `snapshot_controller`: the snapshot-controller stand-in (makes the contents of
+  VolumeSnapshots and VolumeGroupSnapshots, and binds them), for tests with snapshots;
+- `driver`: the reference CSI driver (`driver_config` to change its features or faults), with
+  a fixed capacity of `KIT_CAPACITY` (1 TiB) per node whatever the host's disk;
 - `operator`: kopf running `handler_modules` against both, with `settings`.
+
+The stand-ins are what a cluster runs beside the operator: without `kcm` no claim is ever
+Bound, and without `snapshot_controller` a VolumeSnapshot never gets its content. Each is a
+fixture a test asks for by name, as it would install the controller.
 
 A `cluster` starts with one usable node (`cluster_nodes`: a Node and its CSINode for the
 reference driver, as kubelet and the node-driver-registrar register them); override
@@ -45,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kopf_csi.driver import Driver, DriverConfig, Features, running_driver
+from kopf_csi.driver import Driver, DriverConfig, Features, Limits, running_driver
 from kopf_csi.settings import CSISettings, KubeSettings, Settings
 from kopf_csi.testing.lostexceptions import LostExceptions
 from kopf_csi.testing.operator import (
@@ -64,10 +71,12 @@ except ImportError:  # the kit's fixtures say what to install when a test asks f
 if TYPE_CHECKING:  # the emulator needs kmock (the `testing` extra): imported when used
     from kopf_csi.testing.emulator import EmulatedCluster
     from kopf_csi.testing.kcm import ControllerManager
+    from kopf_csi.testing.snapshots import SnapshotController
 
 __all__ = [
     "DEFAULT_MODULES",
     "DRIVER_NAME",
+    "KIT_CAPACITY",
     "NODE",
     "TOPOLOGY_KEY",
     "OperatorThread",
@@ -79,6 +88,11 @@ __all__ = [
 DRIVER_NAME = "hostpath.csi.kopf.dev"
 NODE = "node-1"
 TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
+KIT_CAPACITY = 1024**4
+"""The kit's driver's capacity, bytes per node (1 TiB): fixed, so that a test's claims fit or
+not the same way on every machine. The volumes are directories (and sparse files for block
+volumes): nothing of it is taken from the host's disk. Change it with `driver_config`'s
+`limits` (`dataclasses.replace(driver_config.limits, total_capacity=...)`)."""
 
 
 async def until(predicate: Callable[[], Any], *, timeout: float = 10.0) -> Any:
@@ -152,7 +166,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 reporter.write_line(f"  {line}", red=True)
 
 
-ASYNC_FIXTURES = ("cluster", "kcm", "driver", "operator")
+ASYNC_FIXTURES = ("cluster", "kcm", "snapshot_controller", "driver", "operator")
 """The kit's async fixtures: an async test using any of them runs on pytest-asyncio."""
 MISSING = "the kopf-csi testing kit needs {}: pip install 'kopf-csi[testing]'"
 
@@ -225,10 +239,26 @@ def kubeconfig(cluster: EmulatedCluster, tmp_path: pathlib.Path) -> pathlib.Path
 
 @_async_fixture
 async def kcm(cluster: EmulatedCluster) -> AsyncIterator[ControllerManager]:
+    """The kube-controller-manager stand-in (`kopf_csi.testing.kcm`): binds claims to volumes,
+    releases volumes of deleted claims, and attaches (makes VolumeAttachments for the pods'
+    nodes), as KCM's persistentvolume-binder and attach/detach controllers do."""
     from kopf_csi.testing.kcm import ControllerManager
 
     async with ControllerManager(cluster) as kcm:
         yield kcm
+
+
+@_async_fixture
+async def snapshot_controller(cluster: EmulatedCluster) -> AsyncIterator[SnapshotController]:
+    """The snapshot-controller stand-in (`kopf_csi.testing.snapshots`, with its group side,
+    `kopf_csi.testing.groupsnapshots`): a VolumeSnapshot of a Bound claim gets its class (the
+    named one, or its driver's default) and its VolumeSnapshotContent, which the operator's
+    snapshotter then cuts on the driver; the snapshot's status follows its content's. What it
+    leaves out is listed in those modules."""
+    from kopf_csi.testing.groupsnapshots import GroupSnapshotController
+
+    async with GroupSnapshotController(cluster) as controller:
+        yield controller
 
 
 @pytest.fixture
@@ -243,6 +273,7 @@ def driver_config(tmp_path: pathlib.Path) -> DriverConfig:
         data_dir=tmp_path / "driver",
         known_nodes=None,
         features=Features(attach=True),
+        limits=Limits(total_capacity=KIT_CAPACITY),
         durable=False,
     )
 
