@@ -469,6 +469,7 @@ def _failed_handlers(exc: Exception) -> dict[str, str]:
 
 def _config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     resolved = flags.resolve(_given(args), env)
+    _check_kubeconfig(resolved)  # what `run` would refuse, `config` refuses the same way
     names = _modules(args, env)
     level, json = _log_level(args, env), _log_json(args, env)
     print("\n".join(flags.describe(resolved)))
