@@ -31,6 +31,14 @@ Override `handler_modules` to add yours to the defaults, and `settings` to chang
     def handler_modules():
         return DEFAULT_MODULES + ("myproject.handlers.quota",)
 
+With `kit_rbac` (a test marked `@pytest.mark.kit_rbac`, or the `kit_rbac` fixture overridden
+to return True), the emulated API authorizes the operator as in a cluster: as the Deployment's
+ServiceAccount (`kopf-csi` in namespace `kopf-csi`, the operator's namespace then), with the
+shipped RBAC plus the roles its non-default modules declare (`api.rbac.declare`). A request
+neither grants is refused with the API server's 403, and the test fails, quoting it. The
+test's own `cluster.create(...)` calls are not requests: they are never refused; `kubeconfig`
+then holds the ServiceAccount's token (a client of the test's made with it is the operator).
+
 `until()` waits for a condition (the end-to-end tests' only way to wait), and `seed_node()`
 registers a Node and its CSINode as kubelet and the node-driver-registrar would. Tests marked
 `kind` are skipped, saying why, where Docker or kind are missing.
@@ -52,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kopf_csi import rbac
 from kopf_csi.driver import Driver, DriverConfig, Features, Limits, running_driver
 from kopf_csi.settings import CSISettings, KubeSettings, Settings
 from kopf_csi.testing.lostexceptions import LostExceptions
@@ -137,6 +146,10 @@ _BETWEEN: list[str] = []  # collected between tests: the session's failure
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kind: needs Docker and the kind binary; skipped if absent")
+    config.addinivalue_line(
+        "markers", "kit_rbac: the operator runs as its ServiceAccount under the shipped RBAC"
+        " and its modules' declared rules (403 for anything else)",
+    )  # fmt: skip
     _LOST.install()
 
 
@@ -220,21 +233,42 @@ def cluster_nodes() -> tuple[str, ...]:
     return (NODE,)
 
 
+@pytest.fixture
+def kit_rbac(request: pytest.FixtureRequest) -> bool:
+    """Whether the operator runs under the shipped and declared RBAC: the test's `kit_rbac`
+    marker; override this fixture (return True) for a whole module or suite."""
+    return request.node.get_closest_marker("kit_rbac") is not None
+
+
 @_async_fixture
-async def cluster(cluster_nodes: tuple[str, ...]) -> AsyncIterator[EmulatedCluster]:
+async def cluster(
+    cluster_nodes: tuple[str, ...], kit_rbac: bool, handler_modules: tuple[str, ...]
+) -> AsyncIterator[EmulatedCluster]:
     try:
         from kopf_csi.testing.emulator import EmulatedCluster
+        from kopf_csi.testing.permissions import authorizer_for, refusals
     except ImportError as exc:  # kmock, aiohttp's server, yaml
         pytest.fail(f"{MISSING.format(exc.name)} ({exc})", pytrace=False)
-    async with EmulatedCluster() as cluster:
+    authorizer = authorizer_for(handler_modules) if kit_rbac else None
+    namespaces = ("default", "kube-system", *((rbac.NAMESPACE,) if kit_rbac else ()))
+    async with EmulatedCluster(namespaces=namespaces, authorizer=authorizer) as cluster:
         for node in cluster_nodes:
             seed_node(cluster, node)
         yield cluster
+    if authorizer is not None and authorizer.denials:
+        pytest.fail(refusals(authorizer.denials, handler_modules), pytrace=False)
 
 
 @pytest.fixture
 def kubeconfig(cluster: EmulatedCluster, tmp_path: pathlib.Path) -> pathlib.Path:
-    return cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    """A kubeconfig for `cluster`; under `kit_rbac`, with the operator's ServiceAccount token."""
+    authorizer = cluster.authorizer
+    if authorizer is None:
+        return cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    from kopf_csi.testing.permissions import OPERATOR
+
+    token = authorizer.login(OPERATOR)
+    return cluster.write_kubeconfig(tmp_path / "kubeconfig", token=token)
 
 
 @_async_fixture
@@ -290,10 +324,12 @@ def handler_modules() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def settings(kubeconfig: pathlib.Path, socket_path: pathlib.Path) -> Settings:
+def settings(kubeconfig: pathlib.Path, socket_path: pathlib.Path, kit_rbac: bool) -> Settings:
+    """Under `kit_rbac`, the operator's namespace is its ServiceAccount's, where its Role is."""
+    namespace = rbac.NAMESPACE if kit_rbac else KubeSettings.namespace
     return Settings(
         csi=CSISettings(address=f"unix://{socket_path}", timeout=5.0, connect_timeout=10.0),
-        kube=KubeSettings(kubeconfig=kubeconfig),
+        kube=KubeSettings(kubeconfig=kubeconfig, namespace=namespace),
     )
 
 
