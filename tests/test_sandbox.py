@@ -11,16 +11,20 @@ We test these aspects:
   and so does its explain line (the Pending claim, with the operator's view); then the rest of
   the examples (`apply -k`): the Pod is scheduled and its WaitForFirstConsumer claim bound, the
   snapshot is taken and the claim restored from it bound; `get events` has the real columns;
-- it exits on its own with status 0 and removes the driver's socket (no process left behind).
+- it exits on its own with status 0 and removes the driver's socket (no process left behind);
+- it stops, cleanly, once the process that started it has gone (nox ended by a SIGINT of its
+  own): no orphan left serving.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -248,3 +252,51 @@ async def test_the_scheduler_stand_in_binds_a_pod_as_kube_scheduler(
     assert {m["manager"] for m in event["metadata"]["managedFields"]} == {"kube-scheduler"}
     bound = cluster.get("pods", "default", "app")["metadata"]["managedFields"]
     assert "kube-scheduler" in {m["manager"] for m in bound}
+
+
+PARENT = """
+import pathlib, subprocess, sys, time
+log = pathlib.Path(sys.argv[1])
+with log.open("w") as out:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kopf_csi.sandbox", "--serve", "--dir", sys.argv[2]],
+        stdout=out, stderr=subprocess.STDOUT,
+    )
+print(child.pid, flush=True)
+while "serving until Ctrl-C" not in log.read_text():
+    if child.poll() is not None:
+        sys.exit(3)
+    time.sleep(0.05)
+# Gone without stopping its child, as nox is by a SIGINT of its own.
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs (an unreaped zombie of a reparented child does not)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_the_sandbox_stops_when_its_parent_goes(tmp_path: pathlib.Path) -> None:
+    workdir, log = tmp_path / "sandbox", tmp_path / "sandbox.log"
+    parent = subprocess.run(
+        [sys.executable, "-c", PARENT, str(log), str(workdir)],
+        capture_output=True, text=True, timeout=90,
+        cwd=pathlib.Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    assert parent.returncode == 0, log.read_text()[-2000:]
+    pid = int(parent.stdout)
+    deadline = time.monotonic() + 60
+    try:
+        while _running(pid):
+            assert time.monotonic() < deadline, f"the orphaned sandbox {pid} still runs"
+            time.sleep(0.1)
+    finally:
+        if _running(pid):  # failed: leave no orphan behind either
+            os.kill(pid, signal.SIGKILL)
+    assert log.read_text().rstrip().endswith("stopped: nothing left running"), log.read_text()
+    assert not (workdir / "csi.sock").exists()

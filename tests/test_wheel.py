@@ -4,8 +4,8 @@ We test these aspects:
 - the wheel that `pip wheel .` builds holds no module of the benchmark or the chaos suite (they
   live in the repository's `devtools/`, run from a checkout), and no `devtools` package;
 - it still holds what users import or run: the testing kit with its pytest plugin (declared as
-  a pytest11 entry point) and its TLS files, the sandbox with its example manifests, the
-  reference driver.
+  a pytest11 entry point), its TLS files and the shipped RBAC, the sandbox with its example
+  manifests, the reference driver.
 """
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ def test_the_testing_kit_the_sandbox_and_the_driver_stay(wheel: zipfile.ZipFile)
     for example in EXAMPLES:
         shipped = wheel.read(f"kopf_csi/sandbox/examples/{example}").decode()
         assert shipped == (ROOT / "manifests" / "examples" / example).read_text()
+    # The shipped RBAC, which the kit authorizes with under `kit_rbac`; nothing else of the base.
+    shipped = wheel.read("kopf_csi/testing/manifests/rbac.yaml").decode()
+    assert shipped == (ROOT / "manifests" / "base" / "rbac.yaml").read_text()
+    assert not [n for n in names if n.startswith("kopf_csi/testing/manifests/") and
+                not n.endswith("/rbac.yaml")]  # fmt: skip
     (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert "[pytest11]" in text

@@ -178,7 +178,7 @@ def _add_explain(commands: Any) -> None:
     from kopf_csi.explain import command
 
     explain = commands.add_parser(
-        "explain", help="say why a claim, volume, attachment or snapshot is stuck",
+        "explain", help=KUBECTL_COMMANDS["explain"],
         description=command.__doc__.split("\n\n")[0] if command.__doc__ else None,
     )  # fmt: skip
     command.add_arguments(explain)
@@ -189,19 +189,44 @@ def _add_migrate(commands: Any) -> None:
     from kopf_csi.migration import command
 
     migrate = commands.add_parser(
-        "migrate", help="rewrite a driver's manifests from the Go sidecars to kopf-csi, or back",
+        "migrate", help=KUBECTL_COMMANDS["migrate"],
         description=command.__doc__.split("\n\n")[0] if command.__doc__ else None,
     )  # fmt: skip
     command.add_arguments(migrate)
 
 
+KUBECTL_COMMANDS = {
+    "explain": "say why a claim, volume, attachment or snapshot is stuck",
+    "migrate": "rewrite a driver's manifests from the Go sidecars to kopf-csi, or back",
+}
+"""The `kubectl csi` commands (also `kopf-csi`'s), with their one-line help."""
+
+
+def kubectl_usage() -> str:
+    """What `kubectl csi` alone (or with `--help`) prints: its commands, one a line."""
+    width = max(map(len, KUBECTL_COMMANDS))
+    lines = ["usage: kubectl csi COMMAND ...", "", "kopf-csi's kubectl plugin. Commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in KUBECTL_COMMANDS.items()]
+    lines += ["", "kubectl csi COMMAND --help says more."]
+    return "\n".join(lines) + "\n"
+
+
 def kubectl_main() -> None:
-    """The `kubectl-csi` plugin: `kubectl csi migrate ...`, and explain's commands otherwise."""
-    if sys.argv[1:2] != ["migrate"]:
+    """The `kubectl-csi` plugin: `kubectl csi explain ...` or `kubectl csi migrate ...`;
+    alone, `--help` or an unknown command: its usage (exit 0 for `--help`, else 2)."""
+    given = sys.argv[1] if len(sys.argv) > 1 else None
+    if given == "explain":
         from kopf_csi.explain import command as explain
 
-        explain.kubectl_main()
-        return
+        sys.exit(explain.kubectl_main(sys.argv[2:]))
+    if given != "migrate":
+        if given in ("-h", "--help"):
+            sys.stdout.write(kubectl_usage())
+            sys.exit(0)
+        if given is not None:
+            print(f"kubectl csi: error: unknown command {given!r}", file=sys.stderr)
+        sys.stderr.write(kubectl_usage())
+        sys.exit(2)
     from kopf_csi.migration import command
 
     parser = _Parser(prog="kubectl csi migrate", description=command.__doc__)
@@ -444,6 +469,7 @@ def _failed_handlers(exc: Exception) -> dict[str, str]:
 
 def _config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     resolved = flags.resolve(_given(args), env)
+    _check_kubeconfig(resolved)  # what `run` would refuse, `config` refuses the same way
     names = _modules(args, env)
     level, json = _log_level(args, env), _log_json(args, env)
     print("\n".join(flags.describe(resolved)))

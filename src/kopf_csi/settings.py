@@ -62,7 +62,8 @@ class CSISettings:
     """`--timeout`: how long each CSI call may take (external-provisioner's code default)."""
 
     connect_timeout: float = 30.0
-    """How long to wait at start-up for the driver to be ready (csi-lib-utils' dial timeout)."""
+    """How long to wait at start-up for the driver to be ready (csi-lib-utils' dial timeout);
+    a socket path that does not exist at all is given up after 5 s."""
 
     disabled: bool = False
     """`--no-csi`: run without a CSI driver, for the provisioners that handler modules register

@@ -87,6 +87,8 @@ def test_config_takes_the_arguments_of_run(capsys: pytest.CaptureFixture[str]) -
          "kopf-csi run: error: --kubeconfig='/nonexistent/config' is not a kubeconfig file"),
         (["run"], {"KUBECONFIG": "/nonexistent/a:/nonexistent/b"},
          "kopf-csi run: error: KUBECONFIG='/nonexistent/a:/nonexistent/b' is not a kubeconfig"),
+        (["config", "--kubeconfig=/nowhere"], {},  # as `run` would refuse it
+         "kopf-csi config: error: --kubeconfig='/nowhere' is not a kubeconfig file: no such"),
         (["start"], {}, "kopf-csi: error: argument command: invalid choice: 'start'"),
         ([], {}, "kopf-csi: error: the following arguments are required: command"),
     ],

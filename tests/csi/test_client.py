@@ -2,7 +2,8 @@
 
 We test these aspects:
 - waiting for the driver: not ready, then ready; a missing socket; a bounded wait that ends in
-  DriverNotReadyError; a final Probe error raised at once;
+  DriverNotReadyError; a socket path that stays absent ends it early, one that refuses does
+  not; a final Probe error raised at once;
 - capabilities are read once and cached;
 - every failure is a CSIError with the method and the code: gRPC statuses, a missing socket;
 - an expired call is CSITimeoutError whether our timer or the driver's fired first;
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import socket
 from typing import Any
 
 import pytest
@@ -169,6 +171,28 @@ async def test_bounded_wait_ends_in_a_clear_error(client: CSIClient) -> None:
     assert "was not ready within 0.3s" in str(err.value)
     assert str(client.path) in str(err.value)
     assert any(e["event"] == "waiting_for_driver" for e in logs)
+
+
+async def test_a_socket_that_never_appears_ends_the_wait_early(client: CSIClient) -> None:
+    """A whole connect timeout (30 s) to say that a path does not exist helps nobody: after the
+    grace, the same error, naming the grace and the cause."""
+    with pytest.raises(DriverNotReadyError) as err:
+        await asyncio.wait_for(client.wait_ready(wait=30, interval=0.05, missing_grace=0.2), 20)
+    assert f"the CSI driver at {client.path} was not ready within 0.2s: " in str(err.value)
+    assert "No such file or directory" in str(err.value)
+
+
+async def test_a_socket_that_refuses_gets_the_whole_wait(
+    socket_path: pathlib.Path, client: CSIClient
+) -> None:
+    """A socket bound but not listening (a driver starting): waited for, as the Go sidecars do,
+    for the whole wait and not only the grace for a missing one."""
+    with socket.socket(socket.AF_UNIX) as bound:
+        bound.bind(str(socket_path))
+        with pytest.raises(DriverNotReadyError) as err:
+            await client.wait_ready(wait=0.5, interval=0.05, missing_grace=0.01)
+    assert "was not ready within 0.5s" in str(err.value)
+    assert "No such file or directory" not in str(err.value)
 
 
 async def test_a_final_probe_error_is_raised_at_once(driver: Driver, client: CSIClient) -> None:

@@ -199,7 +199,7 @@ async def test_capacity_exhausted_on_the_topology(
     make_pod(cluster, "app", "data")  # on node-1: the driver reschedules, the scheduler insists
     found = await until_explained(explain, CLAIM, "capacity-exhausted")
     assert found.json["summary"] == (
-        "not enough capacity for class sc on node node-1: 1048576 bytes, 1073741824 requested"
+        "not enough capacity for class sc on node node-1: 1Mi, 1Gi requested"
     )
     assert _has(found.text.evidence, "CSINode node-1: driver", "registered")
 

@@ -3,8 +3,8 @@
 explain runs as a process, as a user in the role's group, against an emulated API that
 authorizes with the rendered manifests/explain, over objects that take every path of its
 reading (a default class, a selected node, a data source of each kind, secrets, capacity, a
-bound claim, and each other kind). Then: no request was refused, every granted permission
-decided some request, and the role grants only get and list.
+bound claim, an unbound snapshot (its class), and each other kind). Then: no request was
+refused, every granted permission decided some request, and the role grants only get and list.
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ def _objects(cluster: EmulatedCluster) -> list[str]:
          "metadata": {"name": "snap", "namespace": "default"},
          "spec": {"source": {"persistentVolumeClaimName": "bound"}}},
          {"boundVolumeSnapshotContentName": "content-1", "readyToUse": False})  # fmt: skip
+    make("volumesnapshots", {"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+         "metadata": {"name": "unbound", "namespace": "default"},
+         "spec": {"source": {"persistentVolumeClaimName": "bound"}}})  # fmt: skip
     make("volumesnapshotcontents", {"apiVersion": "snapshot.storage.k8s.io/v1",
          "kind": "VolumeSnapshotContent", "metadata": {"name": "content-1"},
          "spec": {"driver": DRIVER, "deletionPolicy": "Delete",
@@ -87,7 +90,7 @@ def _objects(cluster: EmulatedCluster) -> list[str]:
          {"boundVolumeGroupSnapshotContentName": "group-content"})  # fmt: skip
     return [
         "pvc/default/plain", "pvc/default/placed", "pvc/default/bound", "pv/pv-1", "va/va-1",
-        "vs/default/snap", "vsc/content-1", "vgs/default/group",
+        "vs/default/snap", "vs/default/unbound", "vsc/content-1", "vgs/default/group",
     ]  # fmt: skip
 
 

@@ -10,7 +10,9 @@ moments. We test these aspects:
 - another writer before each of the PV's guarded finalizer writes (Retain, Delete) and
   between DeleteVolume and the finalizer removal (`Faults.lose_race`): re-read and retried
   at once, quietly, and DeleteVolume is not called again;
-- every write of the provisioner carries its Go field manager, `csi-provisioner`.
+- every write of the provisioner carries its Go field manager, `csi-provisioner`;
+- a claim that comes before its StorageClass (KCM saw the class, our cache not yet) is
+  retried without a warning line, and provisioned once the class arrives.
 """
 
 from __future__ import annotations
@@ -161,3 +163,29 @@ async def test_the_provisioners_writes_carry_its_field_manager(
     assert not [m for m, _ in managers(pv) if m.startswith("OpenAPI-Generator")]
     posted = await wait_for_event(cluster, claim, names.REASON_PROVISIONING_SUCCEEDED)
     assert managers(posted) == {("csi-provisioner", None)}
+
+
+async def test_a_claim_before_its_class_is_retried_without_a_warning(
+    cluster: EmulatedCluster,
+    operator: OperatorThread,
+    driver: Driver,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The race, held open: the claim carries KCM's storage-provisioner annotation (KCM has
+    seen the class) while the operator's cache has no class "fast" yet."""
+    provisioner = {names.ANN_STORAGE_PROVISIONER: driver.config.name}
+    make_claim(cluster, storage_class="fast", annotations=provisioner)
+
+    def failed_attempts() -> bool:
+        text = operator.memo.metrics.exposition().decode()
+        return any(
+            line.startswith(names.METRIC_PROVISION_FAILED) and 'class="fast"' in line
+            and not line.endswith(" 0.0")
+            for line in text.splitlines()
+        )  # fmt: skip
+
+    await wait_until(failed_attempts, what="an attempt without the class", timeout=20)
+    await make_storage_class(cluster, operator, "fast")
+    await wait_until(lambda: cluster.objects("persistentvolumes"), what="the PV", timeout=20)
+    out = capsys.readouterr().out  # the operator's log: not a line at warning level
+    assert [line for line in out.splitlines() if "[warning" in line or "[error" in line] == []

@@ -40,6 +40,16 @@ Response = TypeVar("Response", bound=betterproto2.Message)
 CallObserver = Callable[[str, Code, float], None]
 """Called after every call with the method, its code and its duration in seconds (metrics)."""
 
+MISSING_SOCKET_GRACE = 5.0
+"""Seconds `wait_ready` waits for a socket path that does not exist at all before it gives up.
+
+The driver's container starts beside the operator's and creates its socket when it starts
+listening, within a second or two. A path still absent after this is most likely a wrong
+`--csi-address` or a socket volume not mounted, which no longer wait mends; failing then, not
+after the whole connect timeout, says so at once (a driver merely slow to start gets the pod
+restarted, and is there the next time). A socket that exists but refuses is a driver starting
+up: it gets the whole wait, as csi-lib-utils gives it."""
+
 # Failures below gRPC: the socket is missing, refused, or the connection died mid-call.
 CONNECTION_ERRORS = (ConnectionError, FileNotFoundError, StreamTerminatedError, ProtocolError)
 
@@ -124,30 +134,38 @@ class CSIClient:
         wait: float = 30.0,
         interval: float = 1.0,
         log_every: float = 10.0,
+        missing_grace: float = MISSING_SOCKET_GRACE,
     ) -> None:
         """Probe until the driver is ready, for at most `wait` seconds (csi-lib-utils: 30 s).
 
-        A missing socket, a refused connection, DEADLINE_EXCEEDED, UNAVAILABLE and `ready=false`
-        mean "not yet". Any other answer is the driver telling us something final: raise it.
+        A refused connection, DEADLINE_EXCEEDED, UNAVAILABLE and `ready=false` mean "not yet".
+        So does a missing socket, but only for `missing_grace` seconds (`MISSING_SOCKET_GRACE`
+        says why). Any other answer is the driver telling us something final: raise it.
         """
         started = time.monotonic()
         last_log: float | None = None
+        missing_since: float | None = None
         while True:
+            missing = False
             try:
                 response = await self.probe(timeout=min(self.timeout, max(interval, 1.0)))
             except CSIError as exc:
                 if exc.code not in {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED}:
                     raise
                 reason, cause = exc.code.name, exc.message  # the cause: no such file, refused
+                missing = isinstance(exc.__cause__, FileNotFoundError)  # no path, not refusing
             else:
                 # A missing `ready` counts as ready (CSI spec; csi-lib-utils ProbeForever).
                 if response.ready is None or response.ready:
                     return
                 reason, cause = "NOT_READY", "Probe answered ready=false"
             now = time.monotonic()
-            if now - started >= wait:
+            missing_since = (missing_since or now) if missing else None
+            waited_out = now - started >= wait
+            if waited_out or (missing_since is not None and now - missing_since >= missing_grace):
+                within = wait if waited_out else min(wait, missing_grace)
                 raise DriverNotReadyError(
-                    f"the CSI driver at {self.path} was not ready within {wait:g}s: {cause}",
+                    f"the CSI driver at {self.path} was not ready within {within:g}s: {cause}",
                     method="/csi.v1.Identity/Probe",
                     code=Code.UNAVAILABLE,
                 )

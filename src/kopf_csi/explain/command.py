@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from kopf_csi.explain.observed import ExplainError
-from kopf_csi.targets import TargetError, parse_target
+from kopf_csi.targets import Target, TargetError, parse_target
 
 __all__ = ["add_arguments", "explain", "kubectl_main", "main"]
 
@@ -23,6 +23,22 @@ IN_WORK_AFTER = 60.0
 quick), which says why a minute."""
 DEFAULT_TIMEOUT = 10.0
 """Seconds explain waits for the API in all before it gives up (`--request-timeout`)."""
+
+
+def operator_url(text: str) -> str:
+    """`--operator`'s value: an http(s) URL. `host:port` alone would be taken for a URL whose
+    scheme is `host` and fail later as "not reachable"; say what is missing instead."""
+    scheme, _, rest = text.partition("://")
+    if not rest:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a URL: http:// is missing (--operator http://{text})"
+        )
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise argparse.ArgumentTypeError(
+            f"{text} is not an http:// URL (--operator http://HOST:PORT, the operator's"
+            " --http-endpoint)"
+        )
+    return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--operator",
         metavar="URL",
+        type=operator_url,
         help="the operator's --http-endpoint (http://host:8080): adds what only it knows"
         " (its work queue, last error, journal, Leases)",
     )
@@ -82,6 +99,7 @@ async def explain(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[int
         target = parse_target(text, default_namespace=args.namespace)
     except TargetError as exc:
         raise ExplainError(str(exc)) from None
+    _refuse_two_namespaces(text, target, args.namespace)
     kubeconfig = reading.kubeconfig_path(args.kubeconfig, dict(env))
     api = await reading.connect(kubeconfig, args.context)
     try:
@@ -98,6 +116,17 @@ async def explain(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[int
     diagnosis = rules.diagnose(seen, in_work_after=args.in_work_after)
     render = rendering.as_json if args.output == "json" else rendering.as_text
     return diagnosis.exit_code, render(diagnosis)
+
+
+def _refuse_two_namespaces(text: str, target: Target, namespace: str | None) -> None:
+    """`pvc/team/data -n other` names two namespaces: refused rather than one silently
+    winning (kubectl has no such form to copy)."""
+    if namespace and target.namespace and target.namespace != namespace:
+        kind, name = text.split("/")[0], target.name
+        raise ExplainError(
+            f"{text} names namespace {target.namespace}, -n names {namespace}: give one"
+            f" ({kind}/{target.namespace}/{name}, or {kind}/{name} -n {namespace})"
+        )
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str], *, prog: str) -> int:
@@ -122,12 +151,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     return _parse_and_run(parser, argv, env)
 
 
-def kubectl_main() -> None:
-    """The `kubectl-csi` plugin: `kubectl csi explain pvc/ns/data [--context ...]`."""
-    parser = _Parser(prog="kubectl csi", description="kopf-csi's kubectl plugin.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    add_arguments(commands.add_parser("explain", help=__doc__.split("\n\n")[0]))
-    sys.exit(_parse_and_run(parser, None, None, prog="kubectl csi explain"))
+def kubectl_main(argv: Sequence[str]) -> int:
+    """`kubectl csi explain pvc/ns/data [--context ...]`: `argv` after `explain`."""
+    parser = _Parser(prog="kubectl csi explain", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return _parse_and_run(parser, argv, None, prog="kubectl csi explain")
 
 
 def _parse_and_run(

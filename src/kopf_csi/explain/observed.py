@@ -50,7 +50,9 @@ class Observed:
     claim: Body | None = None
     attachments: list[Body] = dataclasses.field(default_factory=list)
     content: Body | None = None
-    snapshot_class: Body | None = None
+    snapshot_classes: list[Body] = dataclasses.field(default_factory=list)
+    """Every VolumeSnapshotClass, read for an unbound VolumeSnapshot (its class, or the default
+    one of its source's driver)."""
     events: list[Body] = dataclasses.field(default_factory=list)
     provisioner_event: Body | None = None
     """The newest `Provisioning` event the class's provisioner posted on any claim, read only

@@ -9,8 +9,10 @@ rules say so; only the target itself must be readable, or explain cannot work (`
 from __future__ import annotations
 
 import datetime
+import html
 import json
 import pathlib
+import re
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -71,7 +73,21 @@ async def connect(kubeconfig: pathlib.Path | None, context: str | None) -> kube.
     try:
         return await kube.KubeClient.connect(kubeconfig, context=context)
     except kube.LoginError as exc:
-        raise ExplainError(str(exc)) from None
+        raise ExplainError(_login_error(str(exc), kubeconfig, context)) from None
+
+
+def _login_error(message: str, kubeconfig: pathlib.Path | None, context: str | None) -> str:
+    """The line for a failed login; for a `--context` the kubeconfig lacks, ours with the way to
+    list those it has (the client library says only "Expected object with name X in ...
+    contexts list")."""
+    if not context or f"Expected object with name {context} in" not in message:
+        return message
+    where = f"the kubeconfig {kubeconfig}" if kubeconfig else "the kubeconfig"
+    listing = "kubectl config get-contexts" + (f" --kubeconfig {kubeconfig}" if kubeconfig else "")
+    return (
+        f'{where} has no context "{context}": `{listing}` lists those it has; leave --context'
+        " out for its current one"
+    )
 
 
 async def read(api: kube.KubeClient, target: Target, *, server: str = "") -> Observed:
@@ -276,10 +292,24 @@ async def _attachment(reader: _Reader) -> None:
 
 
 async def _snapshot(reader: _Reader) -> None:
-    status = reader.seen.object.get("status") or {}
+    seen, api = reader.seen, reader.api
+    status = seen.object.get("status") or {}
     bound = status.get("boundVolumeSnapshotContentName")
     if bound:
-        reader.seen.content = await reader.get("content", kube.SNAPSHOT_CONTENTS, bound)
+        seen.content = await reader.get("content", kube.SNAPSHOT_CONTENTS, bound)
+        return
+    # Unbound: what the snapshot-controller needs to make the content. Its class (named, or
+    # the default of the source volume's driver) and that source: the claim, then its PV.
+    claim = ((seen.object.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName")
+    if not claim:
+        return  # pre-provisioned: the user names the content
+    seen.snapshot_classes = await reader.attempt(
+        "snapshotclasses", api.list(kube.SNAPSHOT_CLASSES), []
+    )
+    seen.source = await reader.get("source", kube.CLAIMS, claim, seen.target.namespace)
+    volume = ((seen.source or {}).get("spec") or {}).get("volumeName")
+    if volume:
+        seen.volume = await reader.get("volume", kube.VOLUMES, volume)
 
 
 async def _group_snapshot(reader: _Reader) -> None:
@@ -324,8 +354,8 @@ async def read_operator(seen: Observed, url: str) -> None:
                 seen.content_operator, _ = await _object_state(
                     session, url, "volumesnapshotcontent", None, name, content_uid
                 )
-    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-        seen.operator_error = f"{url}: {exc or type(exc).__name__}"
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        seen.operator_error = f"not reachable ({url}: {exc or type(exc).__name__})"
 
 
 async def _object_state(
@@ -342,8 +372,44 @@ async def _object_state(
     if uid:
         path += f"?uid={urllib.parse.quote(str(uid), safe='')}"
     async with session.get(url.rstrip("/") + path) as response:
-        text = await response.text()
-        if response.status != 200:
-            return None, f"{url} answered {response.status}: {text.strip()[:200]}"
+        text = await response.text(errors="replace")
+        status, reason = response.status, response.reason or ""
+    try:
         answer: Any = json.loads(text)
-    return (answer, None) if isinstance(answer, dict) else (None, None)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return None, foreign_answer(url, status, reason, text)
+    if status != 200:
+        return None, f"{url} answered {status}: {answer.get('error') or excerpt(text)}"
+    return answer, None
+
+
+NOT_THE_ENDPOINT = (
+    "not kopf-csi's endpoint: --operator takes the operator's --http-endpoint"
+    " (http://POD-IP:PORT, the port its --http-endpoint flag names), which answers JSON"
+)
+
+
+def foreign_answer(url: str, status: int, reason: str, text: str) -> str:
+    """What answered at `url` when it was not the operator's endpoint (no JSON object): its
+    status and a short, clean excerpt (an HTML page's text, not its markup), and the hint."""
+    said = excerpt(text)
+    quoted = f': "{said}"' if said else ""
+    return f"{url} answered {status} {reason}".rstrip() + f"{quoted}; {NOT_THE_ENDPOINT}"
+
+
+EXCERPT_LENGTH = 60
+
+
+def excerpt(text: str, length: int = EXCERPT_LENGTH) -> str:
+    """A body's text in one short line: markup and runs of white space gone, cut at a word
+    (with `...`) rather than mid-word."""
+    plain = " ".join(_TAGS.sub(" ", html.unescape(text)).split())
+    if len(plain) <= length:
+        return plain
+    cut = plain[:length].rsplit(" ", 1)[0] if " " in plain[:length] else plain[:length]
+    return cut.rstrip(" .,;:") + "..."
+
+
+_TAGS = re.compile(r"<[^>]*>")

@@ -20,9 +20,16 @@ from typing import Any, NoReturn
 from kopf_csi import names
 from kopf_csi.explain.observed import Body, Diagnosis, Observed, State
 from kopf_csi.leases import holders_text, parse_microtime
-from kopf_csi.provisioning.quantities import parse_quantity
+from kopf_csi.provisioning.quantities import format_binary_si, parse_quantity
 
-__all__ = ["diagnose", "event_time", "grpc_code", "is_secret_parameter", "lease_is_live"]
+__all__ = [
+    "diagnose",
+    "event_time",
+    "grpc_code",
+    "is_secret_parameter",
+    "lease_is_live",
+    "size",
+]
 
 IN_PROGRESS_CODES = frozenset({"Canceled", "DeadlineExceeded", "Unavailable", "Aborted"})
 """gRPC codes after which the driver may still be working (external-provisioner `checkError`):
@@ -40,6 +47,13 @@ the verdict names what. An operator run with a long `--timeout` warrants a longe
 `--in-work-after`."""
 
 _CODE = re.compile(r"code = (\w+)")
+
+NEW_SMALLER_CLAIM = (
+    "or ask for less: a claim's request cannot be lowered, so delete the claim and make a new"
+    " one with a smaller spec.resources.requests.storage"
+)
+"""The way to "ask for less": the API refuses to lower a claim's request (it may only grow,
+and only once bound), so the only smaller claim is a new one."""
 
 
 class _Stop(Exception):
@@ -77,7 +91,7 @@ class _Walk:
     def _operator_facts(self) -> None:
         """What the operator said about the object, once, at the end (when asked)."""
         if self.seen.operator_error:
-            self.fact(f"operator: not reachable ({self.seen.operator_error})")
+            self.fact(f"operator: {self.seen.operator_error}")
         if self.seen.operator is not None:
             self.evidence.extend(operator_lines(self.seen.operator))
 
@@ -138,6 +152,19 @@ def duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs}s" if secs else f"{minutes}m"
     return f"{secs}s"
+
+
+def size(value: int) -> str:
+    """A byte count as a quantity a person reads: exact where one is (`1Gi`, `900Ti`, `1G`),
+    else in binary units to one decimal (`~1.2Gi`); never the 15 digits of a raw count."""
+    exact = format_binary_si(value)
+    if not exact.lstrip("-").isdigit() or abs(value) < 1024:
+        return exact
+    for exponent, suffix in ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k")):
+        if value % 10**exponent == 0:
+            return f"{value // 10**exponent}{suffix}"
+    power = min((abs(value).bit_length() - 1) // 10, 6)
+    return f"~{value / 2 ** (10 * power):.1f}{['', 'Ki', 'Mi', 'Gi', 'Ti', 'Pi', 'Ei'][power]}"
 
 
 def grpc_code(message: str) -> str | None:
@@ -379,6 +406,9 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
     served = _served_by_operator(seen, provisioner)
     if served is True:
         walk.fact(f"operator: serves {provisioner}")
+    elif served is False:
+        others = ", ".join((seen.operator or {}).get("provisioners") or []) or "nothing"
+        walk.fact(f"operator: serves {others}, not {provisioner}")
     if "leases" in seen.unreadable:
         walk.fact(f"Lease {seen.lease_name}: cannot be read ({seen.unreadable['leases']})")
         return
@@ -407,12 +437,6 @@ def _served(walk: _Walk, provisioner: str, storage_class: Mapping[str, Any]) -> 
             "operator-starting",
             f"the operator asked is still starting ({starting}): it serves nothing yet",
             "wait for it to be ready (its /readyz); if it stays at one step, its log says why",
-        )
-    if served is False:
-        raise walk.blocked(
-            "provisioner-unserved",
-            f"the operator asked does not serve {provisioner}",
-            f"run an operator for {provisioner}, or use a class whose provisioner it serves",
         )
     newest = _newest_provisioner_event(seen)
     walk.fact(_activity_line(seen, provisioner, newest))
@@ -450,6 +474,14 @@ def _unserved(walk: _Walk, provisioner: str, newest: Mapping[str, Any] | None) -
     else:
         work = "no event from its provisioner in any namespace"
     steps = []
+    if _served_by_operator(seen, provisioner) is False and not seen.leases:
+        # The operator asked serves other drivers, and nothing shows another: a class whose
+        # provisioner is no driver's name (a typo) is likelier than a missing operator.
+        steps.append(
+            "check the class: its provisioner must be the name of a driver an operator serves"
+            " (kubectl get csidrivers; the operator asked serves"
+            f" {', '.join((seen.operator or {}).get('provisioners') or []) or 'nothing'})"
+        )
     if holder:
         steps.append(
             f"check the replica {holder} (its pod, its logs); a standby takes the Lease over"
@@ -457,14 +489,15 @@ def _unserved(walk: _Walk, provisioner: str, newest: Mapping[str, Any] | None) -
         )
     elif seen.leases:
         steps.append("if replicas run with --leader-election, their logs say why none takes it")
+    another = " another" if seen.operator is not None else ""
     steps += [
         "an operator run without --leader-election (the Go sidecars' default) takes no Lease:"
-        " look for its pods (kubectl get pods -A -l app.kubernetes.io/name=kopf-csi) and ask"
-        f" one where the claim stands: kopf-csi explain {seen.target} --operator"
+        f" look for its pods (kubectl get pods -A -l app.kubernetes.io/name=kopf-csi) and ask"
+        f"{another} one where the claim stands: kopf-csi explain {seen.target} --operator"
         " http://POD-IP:PORT (its --http-endpoint)",
         f"if none runs, start the operator for {provisioner}",
     ]
-    if not seen.leases:
+    if not seen.leases and not steps[0].startswith("check the class"):
         steps.append(
             "or check the class: its provisioner must be the driver's name (kubectl get csidrivers)"
         )
@@ -542,8 +575,8 @@ def _activity_line(seen: Observed, provisioner: str, event: Mapping[str, Any] | 
 
 
 def _served_by_operator(seen: Observed, provisioner: str) -> bool | None:
-    if seen.operator is None:
-        return None
+    if seen.operator is None or seen.operator.get("standby"):
+        return None  # a standby serves nothing until it leads: the Lease tells who does
     provisioners = seen.operator.get("provisioners")
     if provisioners is None:
         return None
@@ -694,12 +727,14 @@ def _capacity(walk: _Walk, storage_class: Mapping[str, Any], node: str | None) -
     where = f"node {node}" if node else "any topology segment"
     if best is None or wanted is None:
         return
-    walk.fact(f"capacity for class {name} on {where}: at most {best} bytes, {wanted} requested")
+    room = f"{size(best)}, {size(wanted)} requested"
+    walk.fact(f"capacity for class {name} on {where}: at most {room}")
     if best < wanted:
         raise walk.blocked(
             "capacity-exhausted",
-            f"not enough capacity for class {name} on {where}: {best} bytes, {wanted} requested",
-            "free space on the storage, ask for less, or let the pod go to a node with room",
+            f"not enough capacity for class {name} on {where}: {room}",
+            "free space on the storage, or let the pod go to a node with room",
+            NEW_SMALLER_CLAIM,
         )
 
 
@@ -769,10 +804,13 @@ def _provisioning_failures(walk: _Walk) -> None:
             " needs a longer --timeout or a healthier back end",
         )
     if code == "ResourceExhausted":
+        wanted = _requested(seen.object)
+        asked = f" ({size(wanted)} requested)" if wanted is not None else ""
         raise walk.blocked(
             "createvolume-exhausted",
-            f"the driver is out of space: {message}",
-            "free space on the back end, or ask for less",
+            f"the driver is out of space{asked}: {message}",
+            "free space on the back end",
+            NEW_SMALLER_CLAIM,
         )
     if code is not None:
         raise walk.blocked(
@@ -1153,6 +1191,8 @@ def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
     if status.get("readyToUse") is True:
         return walk.healthy(f"the {what} is ready to use")
     if not bound:
+        if seen.target.kind == "volumesnapshot":
+            _snapshot_source(walk)
         raise walk.progressing(
             "unbound",
             f"no {content_kind} is bound yet",
@@ -1163,6 +1203,84 @@ def _snapshot_like(walk: _Walk, what: str, content_kind: str) -> Diagnosis:
             "content-missing", f"its {content_kind} {bound} does not exist", "check the class"
         )
     return _content(walk, seen.content, content_kind, seen.content_operator)
+
+
+def _snapshot_source(walk: _Walk) -> None:
+    """What the snapshot-controller needs before it makes a dynamic snapshot's content: the
+    source claim Bound, and a class: the one named, or the single default one of the source
+    volume's driver (`snapshot.storage.kubernetes.io/is-default-class`)."""
+    seen = walk.seen
+    spec = _spec(seen.object)
+    claim = (spec.get("source") or {}).get("persistentVolumeClaimName")
+    if not claim:
+        return  # pre-provisioned: the user names the content
+    where = f"{seen.target.namespace}/{claim}"
+    if seen.source is None and "source" not in seen.unreadable:
+        raise walk.blocked(
+            "source-missing",
+            f"the source claim {where} does not exist",
+            "make a new VolumeSnapshot of an existing claim (its source cannot be changed)",
+        )
+    if "snapshotclasses" in seen.unreadable:
+        walk.fact(f"VolumeSnapshotClasses: cannot be read ({seen.unreadable['snapshotclasses']})")
+        return
+    named = spec.get("volumeSnapshotClassName")
+    if named:
+        found = [c for c in seen.snapshot_classes if _meta(c).get("name") == named]
+        if not found:
+            raise walk.blocked(
+                "snapshotclass-missing",
+                f'VolumeSnapshotClass "{named}" not found',
+                f'create VolumeSnapshotClass "{named}", or make a new VolumeSnapshot with an'
+                " existing class",
+            )
+        walk.fact(f"VolumeSnapshotClass {named}: driver {found[0].get('driver')}")
+        return
+    driver = (_spec(seen.volume).get("csi") or {}).get("driver")
+    if seen.source is not None and _status(seen.source).get("phase") != "Bound":
+        raise walk.progressing(
+            "source-not-bound",
+            f"the source claim {where} is not Bound yet: the snapshot-controller waits for it"
+            " (its volume's driver chooses the default class)",
+            f"explain pvc/{where}",
+        )
+    if not driver:
+        return  # the claim's volume is not a CSI one, or unreadable: nothing to say of a default
+    walk.fact(f"source claim {where}: Bound, driver {driver}")
+    _default_snapshot_class(walk, str(driver))
+
+
+def _default_snapshot_class(walk: _Walk, driver: str) -> None:
+    """A snapshot that names no class gets its driver's only default class, or none."""
+    classes = [c for c in walk.seen.snapshot_classes if c.get("driver") == driver]
+    defaults = [
+        str(_meta(c).get("name"))
+        for c in classes
+        if _annotations(c).get(names.ANN_SNAPSHOT_DEFAULT_CLASS) == "true"
+    ]
+    if len(defaults) == 1:
+        walk.fact(f"VolumeSnapshotClass: none named; {defaults[0]} is the default for {driver}")
+        return
+    mark = f'{names.ANN_SNAPSHOT_DEFAULT_CLASS}: "true"'
+    if defaults:
+        raise walk.blocked(
+            "snapshotclass-ambiguous",
+            f"the snapshot names no VolumeSnapshotClass and {driver} has {len(defaults)}"
+            f" default ones ({', '.join(sorted(defaults))}): the snapshot-controller picks none",
+            f"leave one of them the default ({mark}), or name one in the snapshot's"
+            " spec.volumeSnapshotClassName",
+        )
+    others = ", ".join(sorted(str(_meta(c).get("name")) for c in classes))
+    walk.fact(f"VolumeSnapshotClasses of {driver}: {others or 'none'}")
+    raise walk.blocked(
+        "snapshotclass-none",
+        f"the snapshot names no VolumeSnapshotClass and {driver} has no default one",
+        f"name a class in the snapshot's spec.volumeSnapshotClassName, or mark one of {driver}'s"
+        f" classes as its default ({mark})"
+        if classes
+        else f"create a VolumeSnapshotClass with driver {driver}, marked as its default ({mark}),"
+        " or named in the snapshot's spec.volumeSnapshotClassName",
+    )
 
 
 def _content(

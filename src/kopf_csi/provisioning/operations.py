@@ -169,8 +169,10 @@ class Provisioner:
             )
         except ProvisioningError as exc:
             # The library's shouldProvision error (a missing StorageClass): logged and retried,
-            # no event (the KCM already posts one about the class).
-            log.warning("claim_not_checked", error=exc.message)
+            # no event (the KCM already posts one about the class). At debug: a claim created
+            # right after its class often comes before the class's watch event (a normal
+            # race, gone at the retry); a class that stays missing is KCM's event, explain's.
+            log.debug("claim_not_checked", error=exc.message)
             self._observe_failure(claim)
             return RETRY
         if not decision.should or (

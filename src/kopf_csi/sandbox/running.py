@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import pathlib
 import shutil
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -299,6 +301,31 @@ async def _wait_for_interrupt() -> None:
     await stop.wait()
 
 
+PARENT_POLL = 0.5
+"""Seconds between two looks at whether the sandbox's parent is still there."""
+
+
+def exit_with_parent(*, interval: float = PARENT_POLL) -> threading.Thread:
+    """SIGTERM to this process once the process that started it has gone.
+
+    `nox -s sandbox` starts the sandbox as its child; a SIGINT to nox alone (not to the
+    terminal's whole process group) ends nox and left the sandbox serving, orphaned, on its
+    port. The parent's pid is polled from a daemon thread (portable, and no `prctl`): a new one
+    means this process was handed to another (init, a subreaper). SIGTERM then stops a
+    `--serve` sandbox as Ctrl-C does, and ends one still in its demo at once.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="sandbox-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kopf_csi.sandbox", description=__doc__)
     parser.add_argument("--dir", default=".sandbox", help="working directory (recreated)")
@@ -318,4 +345,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.dir = str(pathlib.Path(args.dir).resolve())
     logs.configure(level=args.log_level, json=False)
+    exit_with_parent()
     sys.exit(asyncio.run(run(args)))

@@ -6,8 +6,15 @@ Kubernetes API over local HTTP, the reference CSI driver on a unix socket, kopf 
 
 - `cluster`: the emulated Kubernetes API (`EmulatedCluster`); `kubeconfig`: a file for it;
 - `kcm`: the kube-controller-manager stand-in (binds claims, releases volumes, attaches);
-- `driver`: the reference CSI driver (`driver_config` to change its features or faults);
+- `snapshot_controller`: the snapshot-controller stand-in (makes the contents of
+  VolumeSnapshots and VolumeGroupSnapshots, and binds them), for tests with snapshots;
+- `driver`: the reference CSI driver (`driver_config` to change its features or faults), with
+  a fixed capacity of `KIT_CAPACITY` (1 TiB) per node whatever the host's disk;
 - `operator`: kopf running `handler_modules` against both, with `settings`.
+
+The stand-ins are what a cluster runs beside the operator: without `kcm` no claim is ever
+Bound, and without `snapshot_controller` a VolumeSnapshot never gets its content. Each is a
+fixture a test asks for by name, as it would install the controller.
 
 A `cluster` starts with one usable node (`cluster_nodes`: a Node and its CSINode for the
 reference driver, as kubelet and the node-driver-registrar register them); override
@@ -23,6 +30,14 @@ Override `handler_modules` to add yours to the defaults, and `settings` to chang
     @pytest.fixture
     def handler_modules():
         return DEFAULT_MODULES + ("myproject.handlers.quota",)
+
+With `kit_rbac` (a test marked `@pytest.mark.kit_rbac`, or the `kit_rbac` fixture overridden
+to return True), the emulated API authorizes the operator as in a cluster: as the Deployment's
+ServiceAccount (`kopf-csi` in namespace `kopf-csi`, the operator's namespace then), with the
+shipped RBAC plus the roles its non-default modules declare (`api.rbac.declare`). A request
+neither grants is refused with the API server's 403, and the test fails, quoting it. The
+test's own `cluster.create(...)` calls are not requests: they are never refused; `kubeconfig`
+then holds the ServiceAccount's token (a client of the test's made with it is the operator).
 
 `until()` waits for a condition (the end-to-end tests' only way to wait), and `seed_node()`
 registers a Node and its CSINode as kubelet and the node-driver-registrar would. Tests marked
@@ -45,7 +60,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kopf_csi.driver import Driver, DriverConfig, Features, running_driver
+from kopf_csi import rbac
+from kopf_csi.driver import Driver, DriverConfig, Features, Limits, running_driver
 from kopf_csi.settings import CSISettings, KubeSettings, Settings
 from kopf_csi.testing.lostexceptions import LostExceptions
 from kopf_csi.testing.operator import (
@@ -64,10 +80,12 @@ except ImportError:  # the kit's fixtures say what to install when a test asks f
 if TYPE_CHECKING:  # the emulator needs kmock (the `testing` extra): imported when used
     from kopf_csi.testing.emulator import EmulatedCluster
     from kopf_csi.testing.kcm import ControllerManager
+    from kopf_csi.testing.snapshots import SnapshotController
 
 __all__ = [
     "DEFAULT_MODULES",
     "DRIVER_NAME",
+    "KIT_CAPACITY",
     "NODE",
     "TOPOLOGY_KEY",
     "OperatorThread",
@@ -79,6 +97,11 @@ __all__ = [
 DRIVER_NAME = "hostpath.csi.kopf.dev"
 NODE = "node-1"
 TOPOLOGY_KEY = "topology.hostpath.csi.kopf.dev/node"
+KIT_CAPACITY = 1024**4
+"""The kit's driver's capacity, bytes per node (1 TiB): fixed, so that a test's claims fit or
+not the same way on every machine. The volumes are directories (and sparse files for block
+volumes): nothing of it is taken from the host's disk. Change it with `driver_config`'s
+`limits` (`dataclasses.replace(driver_config.limits, total_capacity=...)`)."""
 
 
 async def until(predicate: Callable[[], Any], *, timeout: float = 10.0) -> Any:
@@ -123,6 +146,10 @@ _BETWEEN: list[str] = []  # collected between tests: the session's failure
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kind: needs Docker and the kind binary; skipped if absent")
+    config.addinivalue_line(
+        "markers", "kit_rbac: the operator runs as its ServiceAccount under the shipped RBAC"
+        " and its modules' declared rules (403 for anything else)",
+    )  # fmt: skip
     _LOST.install()
 
 
@@ -152,7 +179,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 reporter.write_line(f"  {line}", red=True)
 
 
-ASYNC_FIXTURES = ("cluster", "kcm", "driver", "operator")
+ASYNC_FIXTURES = ("cluster", "kcm", "snapshot_controller", "driver", "operator")
 """The kit's async fixtures: an async test using any of them runs on pytest-asyncio."""
 MISSING = "the kopf-csi testing kit needs {}: pip install 'kopf-csi[testing]'"
 
@@ -206,29 +233,66 @@ def cluster_nodes() -> tuple[str, ...]:
     return (NODE,)
 
 
+@pytest.fixture
+def kit_rbac(request: pytest.FixtureRequest) -> bool:
+    """Whether the operator runs under the shipped and declared RBAC: the test's `kit_rbac`
+    marker; override this fixture (return True) for a whole module or suite."""
+    return request.node.get_closest_marker("kit_rbac") is not None
+
+
 @_async_fixture
-async def cluster(cluster_nodes: tuple[str, ...]) -> AsyncIterator[EmulatedCluster]:
+async def cluster(
+    cluster_nodes: tuple[str, ...], kit_rbac: bool, handler_modules: tuple[str, ...]
+) -> AsyncIterator[EmulatedCluster]:
     try:
         from kopf_csi.testing.emulator import EmulatedCluster
+        from kopf_csi.testing.permissions import authorizer_for, refusals
     except ImportError as exc:  # kmock, aiohttp's server, yaml
         pytest.fail(f"{MISSING.format(exc.name)} ({exc})", pytrace=False)
-    async with EmulatedCluster() as cluster:
+    authorizer = authorizer_for(handler_modules) if kit_rbac else None
+    namespaces = ("default", "kube-system", *((rbac.NAMESPACE,) if kit_rbac else ()))
+    async with EmulatedCluster(namespaces=namespaces, authorizer=authorizer) as cluster:
         for node in cluster_nodes:
             seed_node(cluster, node)
         yield cluster
+    if authorizer is not None and authorizer.denials:
+        pytest.fail(refusals(authorizer.denials, handler_modules), pytrace=False)
 
 
 @pytest.fixture
 def kubeconfig(cluster: EmulatedCluster, tmp_path: pathlib.Path) -> pathlib.Path:
-    return cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    """A kubeconfig for `cluster`; under `kit_rbac`, with the operator's ServiceAccount token."""
+    authorizer = cluster.authorizer
+    if authorizer is None:
+        return cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    from kopf_csi.testing.permissions import OPERATOR
+
+    token = authorizer.login(OPERATOR)
+    return cluster.write_kubeconfig(tmp_path / "kubeconfig", token=token)
 
 
 @_async_fixture
 async def kcm(cluster: EmulatedCluster) -> AsyncIterator[ControllerManager]:
+    """The kube-controller-manager stand-in (`kopf_csi.testing.kcm`): binds claims to volumes,
+    releases volumes of deleted claims, and attaches (makes VolumeAttachments for the pods'
+    nodes), as KCM's persistentvolume-binder and attach/detach controllers do."""
     from kopf_csi.testing.kcm import ControllerManager
 
     async with ControllerManager(cluster) as kcm:
         yield kcm
+
+
+@_async_fixture
+async def snapshot_controller(cluster: EmulatedCluster) -> AsyncIterator[SnapshotController]:
+    """The snapshot-controller stand-in (`kopf_csi.testing.snapshots`, with its group side,
+    `kopf_csi.testing.groupsnapshots`): a VolumeSnapshot of a Bound claim gets its class (the
+    named one, or its driver's default) and its VolumeSnapshotContent, which the operator's
+    snapshotter then cuts on the driver; the snapshot's status follows its content's. What it
+    leaves out is listed in those modules."""
+    from kopf_csi.testing.groupsnapshots import GroupSnapshotController
+
+    async with GroupSnapshotController(cluster) as controller:
+        yield controller
 
 
 @pytest.fixture
@@ -243,6 +307,7 @@ def driver_config(tmp_path: pathlib.Path) -> DriverConfig:
         data_dir=tmp_path / "driver",
         known_nodes=None,
         features=Features(attach=True),
+        limits=Limits(total_capacity=KIT_CAPACITY),
         durable=False,
     )
 
@@ -259,10 +324,12 @@ def handler_modules() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def settings(kubeconfig: pathlib.Path, socket_path: pathlib.Path) -> Settings:
+def settings(kubeconfig: pathlib.Path, socket_path: pathlib.Path, kit_rbac: bool) -> Settings:
+    """Under `kit_rbac`, the operator's namespace is its ServiceAccount's, where its Role is."""
+    namespace = rbac.NAMESPACE if kit_rbac else KubeSettings.namespace
     return Settings(
         csi=CSISettings(address=f"unix://{socket_path}", timeout=5.0, connect_timeout=10.0),
-        kube=KubeSettings(kubeconfig=kubeconfig),
+        kube=KubeSettings(kubeconfig=kubeconfig, namespace=namespace),
     )
 
 
