@@ -71,6 +71,9 @@ class ChaosOptions:
     """API server restarts per phase (drained, gone, back: `testing.outages`)."""
     etcd_stops: int = 1
     """etcd stops per phase."""
+    outage: tuple[float, float] = (2.0, 1.0)
+    """Seconds an API server restart drains, then is gone; etcd stops for twice the second,
+    its requests failing after the second."""
     api_faults: bool = True
     driver_faults: bool = True
     nodes: int = 4
@@ -320,6 +323,7 @@ async def run_chaos(options: ChaosOptions, progress: Progress | None = None) -> 
             driver_faults=options.driver_faults,
             apiserver_restarts=options.apiserver_restarts,
             etcd_stops=options.etcd_stops,
+            outage=options.outage,
         )
         converged: dict[str, float | None] = {}
         checkpoints: list[dict[str, Any]] = []
