@@ -56,6 +56,8 @@ def format_chaos(result: dict[str, Any]) -> str:
         ),
         f"lost task exceptions: {result.get('lost_task_exceptions', 0)}; outage warnings: "
         + ", ".join(f"{k} {v}" for k, v in result.get("outage_warnings", {}).items()),
+        "warning lines by event: "
+        + (", ".join(f"{k} {v}" for k, v in result.get("warning_lines", {}).items()) or "none"),
         "driver calls: " + ", ".join(f"{k} {v}" for k, v in result["driver_calls"].items()),
         f"secret values searched for: {searched['values']} in {searched['sources']} sources "
         f"({searched['bytes']:,} bytes); found: {len(result['secret_exposures'])}",

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import pathlib
 import platform
@@ -416,6 +418,7 @@ async def run_chaos(options: ChaosOptions, progress: Progress | None = None) -> 
             "converged_after_control_plane": converged,
             "lost_task_exceptions": lost,
             "outage_warnings": _outage_warnings(env.log_paths),
+            "warning_lines": _warning_lines(env.log_paths),
             "chaos": dataclasses.asdict(chaos.tally),
             "operator_incarnations": env.incarnations,
             "operator_start_failures": len(env.start_failures),
@@ -451,6 +454,23 @@ def _lost_task_exceptions(paths: list[pathlib.Path]) -> int:
     """Lines of asyncio's "Task exception was never retrieved" in every operator's log: a
     background task died, and whoever awaited it may wait for ever (issue 30)."""
     return sum(path.read_text(errors="replace").count(LOST_TASK) for path in paths if path.exists())
+
+
+def _warning_lines(paths: list[pathlib.Path]) -> dict[str, int]:
+    """Every operator's warning (and worse) lines, by event: with only the control plane as
+    chaos, the outage's own two are all there should be."""
+    counts: collections.Counter[str] = collections.Counter()
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("level") in ("warning", "error", "critical"):
+                counts[str(record.get("event"))] += 1
+    return dict(counts.most_common())
 
 
 def _outage_warnings(paths: list[pathlib.Path]) -> dict[str, int]:

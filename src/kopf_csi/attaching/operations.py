@@ -435,10 +435,11 @@ class Attacher:
         ref = requests.publish_secret_ref(spec)
         if ref is None:
             return {}
+        cause: Exception | None = None
         try:
             secret = await self.api.get(kube.SECRETS, ref.name, ref.namespace)
         except kube.KubeError as exc:
-            secret, error = None, exc.message
+            secret, error, cause = None, exc.message, exc
         else:
             error = names.MESSAGE_SECRET_NOT_FOUND.format(name=ref.name)
         if secret is not None:
@@ -449,7 +450,7 @@ class Attacher:
         message = names.MESSAGE_SECRET_LOAD_FAILED.format(
             namespace=ref.namespace, name=ref.name, error=error
         )
-        raise AttachError(message)
+        raise AttachError(message) from cause  # an outage stays one (`kube.is_unavailable`)
 
     async def _patch_status(self, va: Body, patch: Mapping[str, Any]) -> None:
         try:

@@ -51,16 +51,22 @@ async def read_secret_data(
     """The secret's decoded data; a missing one is an error if `required`, else logged."""
     if ref is None:
         return {}
+    cause: Exception
     try:
         return kube.decode_secret_data(await api.read(kube.SECRETS, ref.name, ref.namespace))
+    except kube.UnavailableError:
+        # The API server is away: the secret is there, unread. Not even a deletion goes on
+        # without it (external-provisioner goes on for a secret it cannot get, as one deleted
+        # meanwhile): the attempt is retried once the server is back (`reachability`).
+        raise
     except kube.KubeError as exc:
-        error = exc.message  # the API's own text, as client-go's err prints
+        error, cause = exc.message, exc  # the API's own text, as client-go's err prints
     except ValueError as exc:
-        error = str(exc)
+        error, cause = str(exc), exc
     # external-provisioner's getCredentials, verbatim.
     message = f"error getting secret {ref.name} in namespace {ref.namespace}: {error}"
     if required:
-        raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE)
+        raise ProvisioningError(message, state=ProvisioningState.NO_CHANGE) from cause
     log.warning("secret_unavailable", secret=f"{ref.namespace}/{ref.name}", error=error)
     return {}
 

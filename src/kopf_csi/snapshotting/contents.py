@@ -110,17 +110,25 @@ class DeleteEvents:
     deleted_log: str
 
 
+def _warn(event: str, exc: BaseException, **fields: Any) -> None:
+    """A failure's line: a warning, or debug when it was the API server being away (the
+    outage is told once, by the client: `kube.reachability`)."""
+    fields.setdefault("error", getattr(exc, "message", str(exc)))
+    (log.debug if kube.is_unavailable(exc) else log.warning)(event, **fields)
+
+
 async def read_secret(api: kube.KubeClient, name: str, namespace: str) -> dict[str, str]:
     """`GetCredentials`: the secret's data, decoded (never logged)."""
+    cause: Exception
     try:
         secret = await api.read(kube.SECRETS, name, namespace)
         return kube.decode_secret_data(secret)
     except kube.KubeError as exc:  # the server's own text, as client-go's error prints
-        error = exc.message
+        error, cause = exc.message, exc
     except ValueError as exc:
-        error = str(exc)
+        error, cause = str(exc), exc
     message = names.ERROR_SNAPSHOT_GET_SECRET.format(name=name, namespace=namespace, error=error)
-    raise SnapshotError(message)
+    raise SnapshotError(message) from cause  # an outage stays one (`kube.is_unavailable`)
 
 
 class ContentController(abc.ABC):
@@ -258,7 +266,7 @@ class ContentController(abc.ABC):
             try:  # nothing to call; only a left-over being-created annotation to remove
                 await self._remove_being_created(content)
             except SnapshotError as exc:
-                log.warning("annotation_not_removed", error=exc.message)
+                _warn("annotation_not_removed", exc)
                 return RETRY
             return DONE
         creating = action is decisions.Action.CREATE
@@ -266,6 +274,9 @@ class ContentController(abc.ABC):
         try:
             updated = await (self._create(content) if creating else self._check(content))
         except SnapshotError as exc:
+            if kube.is_unavailable(exc):  # told once, by the client; no status error for it
+                log.debug("snapshot_sync_failed", action=action.value, error=exc.message)
+                return RETRY
             log.warning("snapshot_sync_failed", action=action.value, error=exc.message)
             failed = exc.content if exc.content is not None else content
             await self._save_error(failed, reason, template.format(error=exc.message))
@@ -292,12 +303,12 @@ class ContentController(abc.ABC):
             log.info("create_failed", error=error_text(exc), final=is_final(exc))
             if is_final(exc):
                 content = await self._remove_being_created(content, final=True)
-            raise SnapshotError(self._take_error(content, exc), content=content) from None
+            raise SnapshotError(self._take_error(content, exc), content=content) from exc
         try:
             content = await self._save_created(content, answer)
         except SnapshotError as exc:
             message = self.texts.update_status.format(content=name, error=exc.message)
-            raise SnapshotError(message, content=content) from None
+            raise SnapshotError(message, content=content) from exc
         return await self._remove_being_created(content)
 
     # -- writes ----------------------------------------------------------------------------------
@@ -322,7 +333,7 @@ class ContentController(abc.ABC):
         except kube.KubeError as exc:
             raise SnapshotError(
                 controller_update_error(name, exc.message), content=content
-            ) from None
+            ) from exc
         self.contents.store(updated)
         return updated
 
@@ -336,7 +347,7 @@ class ContentController(abc.ABC):
             message = self.texts.set_being_created.format(
                 content=content["metadata"]["name"], quoted=quoted(exc)
             )
-            raise SnapshotError(message, content=content) from None
+            raise SnapshotError(message, content=content) from exc
 
     async def _remove_being_created(self, content: Body, *, final: bool = False) -> Body:
         if self.being_created not in decisions.annotations_of(content):
@@ -352,7 +363,7 @@ class ContentController(abc.ABC):
                 )
             else:
                 message = self.texts.remove_being_created.format(content=name, quoted=quoted(exc))
-            raise SnapshotError(message, content=content) from None
+            raise SnapshotError(message, content=content) from exc
 
     async def _delete(self, content: Body) -> Outcome:
         """`deleteCSI*SnapshotOperation`: delete on the driver, clear the status, release.
@@ -370,7 +381,7 @@ class ContentController(abc.ABC):
         try:
             content = await self._write(content, dict(self.cleared_status), status=True)
         except SnapshotError as exc:
-            log.warning("content_status_not_cleared", error=exc.message)
+            _warn("content_status_not_cleared", exc)
             await self._event(content, *self.clear_failed)
             return RETRY
         outcome = await self._release(content)
@@ -386,6 +397,9 @@ class ContentController(abc.ABC):
         try:
             secrets = await self._credentials_from_annotations(content)
         except SnapshotError as exc:
+            if kube.is_unavailable(exc):
+                log.debug(failed_log, error=exc.message)
+                return RETRY
             log.warning(failed_log, error=exc.message)
             reason, message = self.delete_events.reason, self.delete_events.credentials_failed
             await self._event(content, reason, message)
@@ -393,6 +407,9 @@ class ContentController(abc.ABC):
         try:
             fields = await self._call_delete(content, secrets)
         except (SnapshotError, CSIError) as exc:
+            if kube.is_unavailable(exc):
+                log.debug(failed_log, error=self._delete_error(name, exc))
+                return RETRY
             log.warning(failed_log, error=self._delete_error(name, exc))
             await self._event(content, self.delete_events.reason, self.delete_events.delete_failed)
             return RETRY
@@ -434,7 +451,7 @@ class ContentController(abc.ABC):
             log.debug("content_release_raced", content=name, error=str(exc))
             return RETRY
         except kube.KubeError as exc:
-            log.warning("content_not_released", error=controller_update_error(name, exc.message))
+            _warn("content_not_released", exc, error=controller_update_error(name, exc.message))
             return RETRY
         if released:
             log.info("content_released", policy=(content.get("spec") or {}).get("deletionPolicy"))
@@ -472,7 +489,7 @@ class ContentController(abc.ABC):
         except kube.KubeError as exc:
             raise SnapshotError(
                 controller_update_error(name, exc.message), content=content
-            ) from None
+            ) from exc
 
     async def _read(self, content: Body) -> Body:
         """The content from the API (not the cache), as upstream reads it before a status
@@ -482,7 +499,7 @@ class ContentController(abc.ABC):
             fresh = await self.api.read(self.resource, name)
         except kube.KubeError as exc:
             message = self.texts.get_content.format(content=name, error=exc.message)
-            raise SnapshotError(message, content=content) from None
+            raise SnapshotError(message, content=content) from exc
         self.contents.store(fresh)
         return fresh
 
@@ -495,7 +512,7 @@ class ContentController(abc.ABC):
         try:
             content = await self._write(content, patch, status=True)
         except SnapshotError as exc:
-            log.warning("error_status_not_saved", error=exc.message)
+            _warn("error_status_not_saved", exc)
         await self._event(content, reason, message)
 
     async def _event(self, content: Body, reason: str, message: str) -> None:
@@ -527,7 +544,7 @@ class ContentController(abc.ABC):
             found = self._class_of(content)
         except SnapshotError as exc:
             message = self.texts.get_class.format(name=class_name, content=name, error=exc.message)
-            raise SnapshotError(message) from None
+            raise SnapshotError(message) from exc
         try:
             ref = parameters.secret_reference(
                 self.status_secret,
@@ -545,7 +562,7 @@ class ContentController(abc.ABC):
             return await read_secret(self.api, ref.name, ref.namespace)
         except SnapshotError as exc:
             message = self.texts.get_credentials.format(content=name, error=exc.message)
-            raise SnapshotError(message) from None
+            raise SnapshotError(message) from exc
 
     async def _credentials_from_annotations(self, content: Body) -> dict[str, str] | None:
         """`GetCredentialsFromAnnotation`: the secret the snapshot-controller resolved from the
@@ -562,4 +579,4 @@ class ContentController(abc.ABC):
             return await read_secret(self.api, name, namespace)
         except SnapshotError as exc:
             log.warning("snapshot_credentials_failed", error=exc.message)
-            raise SnapshotError(self.texts.credentials.format(quoted=content_name)) from None
+            raise SnapshotError(self.texts.credentials.format(quoted=content_name)) from exc

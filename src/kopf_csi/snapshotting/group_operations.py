@@ -154,7 +154,7 @@ class GroupSnapshotter(ContentController):
             secrets = await self._credentials_from_annotations(content)
         except SnapshotError as exc:
             message = names.ERROR_GROUP_SNAPSHOT_INPUT.format(content=name, quoted=quoted(exc))
-            raise SnapshotError(message, content=content) from None
+            raise SnapshotError(message, content=content) from exc
         return group_class, secrets
 
     def _creation_class(self, content: Body) -> Body | None:
@@ -214,7 +214,7 @@ class GroupSnapshotter(ContentController):
             got = await self.csi.get_volume_group_snapshot(request, timeout=self.options.timeout)
         except CSIError as exc:
             message = names.ERROR_GROUP_SNAPSHOT_STATUS.format(content=name, quoted=quoted(exc))
-            raise SnapshotError(message) from None
+            raise SnapshotError(message) from exc
         if got.group_snapshot is None:
             error = CSIError(
                 "GetVolumeGroupSnapshot returned nothing", method="", code=Code.INTERNAL

@@ -120,7 +120,7 @@ class Snapshotter(ContentController):
             secrets = await self._credentials_from_annotations(content)
         except SnapshotError as exc:
             message = names.ERROR_SNAPSHOT_INPUT.format(content=name, quoted=quoted(exc))
-            raise SnapshotError(message, content=content) from None
+            raise SnapshotError(message, content=content) from exc
         return snapshot_class, secrets
 
     def _creation_class(self, content: Body) -> Body | None:
@@ -185,7 +185,7 @@ class Snapshotter(ContentController):
             message = names.ERROR_SNAPSHOT_MEMBER_CREDENTIALS.format(
                 content=name, error=exc.message
             )
-            raise SnapshotError(message) from None
+            raise SnapshotError(message) from exc
 
     async def _snapshot_status(
         self, content: Body, secrets: dict[str, str] | None
@@ -200,7 +200,7 @@ class Snapshotter(ContentController):
             return await self._read_snapshot(handle, secrets)
         except (SnapshotError, CSIError) as exc:
             message = names.ERROR_SNAPSHOT_LIST.format(content=name, quoted=quoted(exc))
-            raise SnapshotError(message) from None
+            raise SnapshotError(message) from exc
 
     async def _read_snapshot(
         self, handle: str, secrets: dict[str, str] | None
@@ -212,7 +212,7 @@ class Snapshotter(ContentController):
         except CSIError as exc:
             raise SnapshotError(
                 names.ERROR_SNAPSHOT_LIST_SUPPORTED.format(error=error_text(exc))
-            ) from None
+            ) from exc
         capabilities = {c.rpc.type.name for c in answer.capabilities if c.rpc is not None}
         not_found = names.ERROR_SNAPSHOT_NOT_FOUND.format(snapshot_id=handle)
         if self.options.use_get_snapshot and "GET_SNAPSHOT" in capabilities:
@@ -221,7 +221,7 @@ class Snapshotter(ContentController):
                 got = await self.csi.get_snapshot(request, timeout=self.options.timeout)
             except CSIError as exc:
                 if exc.code is Code.NOT_FOUND:
-                    raise SnapshotError(not_found) from None
+                    raise SnapshotError(not_found) from exc
                 raise
             if got.snapshot is None:
                 raise SnapshotError(not_found)
