@@ -53,9 +53,11 @@ async def test_a_short_chaos_run_leaves_every_count_at_zero(tmp_path: pathlib.Pa
     assert tally["etcd_stops"] == 3, text
     assert tally["requests_refused_503"] + tally["requests_reset"] > 0, text
     assert result["lost_task_exceptions"] == 0, text
+    # Told, at least once each way: an outage within a minute of the last one is counted but
+    # not told again (`reachability.QUIET_AGAIN`), and a killed operator may miss a return.
     warned = result["outage_warnings"]
-    assert warned["api_unreachable"] >= 3, text  # an operator killed meanwhile may miss one
-    assert warned["api_reachable"] >= 3, text
+    assert warned["api_unreachable"] >= 1, text
+    assert warned["api_reachable"] >= 1, text
     assert result["operator_incarnations"] >= 4, text
     calls = result["driver_calls"]
     assert calls["CreateVolume created"] == 40, text
