@@ -5,6 +5,7 @@ Every session installs from `requirements/constraints.txt`, the exact versions C
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import subprocess
@@ -33,9 +34,36 @@ def install(session: nox.Session, *groups: str, extras: str = "sandbox") -> None
 
 @nox.session(python=None)  # the Python nox runs with (3.11+): the README's second command
 def tests(session: nox.Session) -> None:
-    """Run the test suite: unit, emulator and end-to-end (kind tests skip without Docker)."""
+    """Run the test suite: unit, emulator and end-to-end (kind tests skip without Docker).
+
+    tests/monitoring needs Prometheus' own `prometheus` and `promtool`: installed here from
+    Debian's package when promtool is missing (as root, or with sudo), so that this one
+    command is all a fresh machine and CI (`.ci/run`) need."""
     install(session, "test", "protos")
+    if (problem := install_prometheus()) is not None:
+        session.warn(f"{problem}: tests/monitoring will fail, saying what to install")
     session.run("pytest", *(session.posargs or ["-q"]))
+
+
+def install_prometheus(which: Any = shutil.which, run: Any = subprocess.run) -> str | None:
+    """Debian's `prometheus` package when `promtool` is missing; None when it is there (or is
+    now), else why it could not be installed. The binaries only: its service is not started
+    (no init system here), and --no-install-recommends leaves the node exporter out."""
+    if which("promtool"):
+        return None
+    apt = which("apt-get")
+    if apt is None:
+        return "promtool is missing and there is no apt-get to install it"
+    sudo = [] if os.geteuid() == 0 else ([which("sudo")] if which("sudo") else None)
+    if sudo is None:
+        return "promtool is missing, and installing it needs root or sudo"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    packages = ["install", "-y", "-qq", "--no-install-recommends", "prometheus"]
+    for args in (["update", "-qq"], packages):
+        done = run([*sudo, apt, *args], capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            return f"apt-get {args[0]} failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    return None if which("promtool") else "apt-get installed prometheus, but no promtool"
 
 
 @nox.session(python="3.11")

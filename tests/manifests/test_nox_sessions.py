@@ -96,3 +96,67 @@ def test_the_quickstart_runs_on_the_python_nox_runs_with(name: str, tmp_path: pa
     done = _nox("--list", "--json", "-s", name, tmp_path=tmp_path)
     (session,) = json.loads(done.stdout)
     assert session["python"] is None
+
+
+def _quickstart_commands() -> dict[str, str]:
+    """The README quickstart's command lines, by the nox session each runs."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quickstart", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line and not line.startswith("#")]
+    return {line.rsplit(" -s ", 1)[1]: line for line in lines}
+
+
+def test_ci_runs_the_readmes_test_command_and_only_that() -> None:
+    """`.ci/run` is the README's second command from a clean clone: nothing installed beside
+    it, so that what CI needs a fresh machine's user needs too (the session installs it)."""
+    commands = _quickstart_commands()
+    assert set(commands) == {"sandbox", "tests"}
+    script = (ROOT / ".ci" / "run").read_text()
+    steps = [
+        line for line in script.splitlines()
+        if line.strip() and not line.startswith("#") and not line.startswith("set ")
+        and not line.startswith("cd ")
+    ]  # fmt: skip
+    assert steps == [commands["tests"]]
+
+
+def test_prometheus_there_installs_nothing(noxfile: ModuleType, tmp_path: pathlib.Path) -> None:
+    tools = _tools(tmp_path, {"promtool": "", "apt-get": "raise SystemExit(1)"})
+    assert noxfile.install_prometheus(which=_which(tools)) is None
+
+
+def test_prometheus_missing_is_installed_with_apt(
+    noxfile: ModuleType, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """apt-get update, then the package without recommends; promtool is there after it."""
+    monkeypatch.setattr(noxfile.os, "geteuid", lambda: 0)
+    tools = _tools(tmp_path, {"apt-get": ""})
+    calls: list[list[str]] = []
+
+    def run(args: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        calls.append(args[1:])
+        if "install" in args:
+            _tools(tmp_path, {"promtool": ""})
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    assert noxfile.install_prometheus(which=_which(tools), run=run) is None
+    assert calls == [
+        ["update", "-qq"],
+        ["install", "-y", "-qq", "--no-install-recommends", "prometheus"],
+    ]
+
+
+def test_prometheus_that_cannot_be_installed_says_why(
+    noxfile: ModuleType, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(noxfile.os, "geteuid", lambda: 1000)
+    assert "no apt-get" in noxfile.install_prometheus(which=_which(tmp_path))
+    tools = _tools(tmp_path, {"apt-get": ""})
+    assert "root or sudo" in noxfile.install_prometheus(which=_which(tools))
+    monkeypatch.setattr(noxfile.os, "geteuid", lambda: 0)
+
+    def failing(args: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 100, "", "E: Unable to locate package")
+
+    problem = noxfile.install_prometheus(which=_which(tools), run=failing)
+    assert problem == "apt-get update failed: E: Unable to locate package"

@@ -1,7 +1,7 @@
 """Fixtures of the monitoring tests: Prometheus' own tools, and a real Prometheus on 127.0.0.1.
 
-`prometheus` and `promtool` come from Debian's `prometheus` package (`.ci/run` installs it when
-promtool is missing). Without them the tests that need them fail, saying what to install:
+`prometheus` and `promtool` come from Debian's `prometheus` package (`nox -s tests` installs it
+when promtool is missing). Without them the tests that need them fail, saying what to install:
 they are not skipped, so that CI cannot pass without having run them.
 
 `Prometheus` runs the server as a child process with a configuration of the test's own (a
@@ -34,8 +34,8 @@ PROMETHEUS_RULE = files.MONITORING / "component" / "prometheusrule.yaml"
 DASHBOARD = files.MONITORING / "component" / "dashboard.json"
 MISSING = (
     "{tool} is not installed (not on PATH): the monitoring tests run Prometheus' own tools."
-    " Install Debian's prometheus package (`apt-get install prometheus`), as .ci/run does"
-    " when promtool is missing."
+    " Install Debian's prometheus package (`apt-get install prometheus`), as `nox -s tests`"
+    " does when promtool is missing."
 )
 
 
