@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -480,3 +481,33 @@ async def test_adds_from_another_thread_hop_onto_the_loop() -> None:
 
 def test_next_delay_is_the_provisioner_backoff() -> None:
     assert queueing.next_delay(3, start=1.0, maximum=300.0) == 4.0
+
+
+async def test_a_return_of_the_api_server_runs_what_failed_since_at_once() -> None:
+    """`retry_failed_since`: the keys waiting for a retry that failed at or after the outage's
+    start run now, not after their backoff; a key that failed before it, or whose delay was
+    asked for explicitly (`retry_after`), keeps its wait; the failure counts stay."""
+    clock = FakeClock()
+    outcomes = {"before": [RETRY], "during": [RETRY, RETRY], "slow": [retry_after(300)]}
+
+    async def process(key: str) -> Outcome:
+        return outcomes[key].pop(0) if outcomes[key] else DONE
+
+    calls: list[str] = []
+
+    async def recorded(key: str) -> Outcome:
+        calls.append(key)
+        return await process(key)
+
+    async with WorkQueue[str](name="q", process=recorded, clock=clock) as queue:
+        queue.add("before")
+        await queue.wait_idle()
+        since = time.monotonic()
+        for key in ("during", "slow"):
+            queue.add(key)
+        await queue.wait_idle()
+        assert queue.retry_failed_since(since) == 1
+        await queue.wait_idle()
+        assert calls == ["before", "during", "slow", "during"]
+        assert queue.failures("during") == 2
+        assert sorted(t.delay for t in clock.pending) == [1, 2, 300]  # before, during, slow

@@ -111,6 +111,7 @@ async def test_a_restart_fails_requests_with_unavailable_only(
         await until(lambda: api.reachability.reachable, timeout=5)
 
     assert errors
+    assert cluster.control_plane.served_while_draining  # a draining server still serves some
     assert all(isinstance(error, kube.UnavailableError) for error in errors), errors
     statuses = {error.status for error in errors if isinstance(error, kube.KubeError)}
     assert statuses == {0, 503}, statuses

@@ -6,8 +6,8 @@ and never the other 48, and wrote about 700 warning lines (issue 30). Here the e
 server drains (some requests served, some answered 503, some connections reset; the watches
 end), is gone (connects refused), and comes back, in the middle of a burst of claims, with
 Go's retry intervals. We test these aspects:
-- every claim is Bound soon after the server is back (the work that failed during the outage
-  runs again at once, not after its grown backoff), one PV each, and exactly one CreateVolume
+- every claim is Bound after the server is back (how soon is `nox -s chaos`'s figure, and
+  the wake-up on return is `tests/test_queueing.py`'s), one PV each, and exactly one CreateVolume
   per claim (a PV whose POST was refused is saved again as made; one whose POST landed
   unanswered is read first), one DeleteVolume per volume;
 - the outage is logged as one warning when it starts and one when it ends, and no work
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 import pytest
@@ -37,7 +36,7 @@ from ..provisioner.conftest import NAMESPACE, make_claim, make_pod, make_storage
 pytestmark = pytest.mark.usefixtures("kcm")
 
 CLAIMS = 60
-CONVERGE = 10.0  # seconds from the server's return to the last claim Bound (Go took 45 s)
+CONVERGE = 30.0  # a bound for a busy machine; the time it takes is measured by `nox -s chaos`
 
 
 async def _through_a_restart(
@@ -82,9 +81,7 @@ async def test_a_restart_mid_create_and_mid_delete_leaves_nothing_behind(
     await make_storage_class(cluster, operator)
     with structlog.testing.capture_logs() as logs:
         await _through_a_restart(cluster, CLAIMS, lambda i: make_claim(cluster, f"c{i:03}"))
-        back = time.monotonic()
-        await until(lambda: _bound(cluster) == CLAIMS, timeout=CONVERGE + 20)
-        converged = time.monotonic() - back
+        await until(lambda: _bound(cluster) == CLAIMS, timeout=CONVERGE)
         assert cluster.control_plane.answered_503
         assert cluster.control_plane.reset
 
@@ -100,11 +97,10 @@ async def test_a_restart_mid_create_and_mid_delete_leaves_nothing_behind(
             CLAIMS,
             lambda i: cluster.delete("persistentvolumeclaims", NAMESPACE, f"c{i:03}"),
         )
-        await until(lambda: not cluster.objects("persistentvolumes"), timeout=CONVERGE + 20)
+        await until(lambda: not cluster.objects("persistentvolumes"), timeout=CONVERGE)
         await until(lambda: not driver.state.volumes, timeout=5)
         assert calls.count("DeleteVolume") == CLAIMS
 
-    assert converged < CONVERGE, f"all Bound {converged:.1f}s after the server was back"
     outages = [e["event"] for e in logs if str(e["event"]).startswith("api_")
                and e["log_level"] == "warning"]  # fmt: skip
     # The second restart came within `reachability.QUIET_AGAIN` of the first one's end: the
@@ -148,7 +144,7 @@ async def test_a_restart_mid_attach_and_mid_detach_publishes_each_once(
         await _through_a_restart(
             cluster, ATTACHED, lambda i: make_pod(cluster, f"p{i:03}", f"a{i:03}")
         )
-        await until(lambda: _attached(cluster) == ATTACHED, timeout=CONVERGE + 20)
+        await until(lambda: _attached(cluster) == ATTACHED, timeout=CONVERGE)
         errors = [
             va["status"]
             for va in cluster.objects("volumeattachments")
@@ -160,7 +156,7 @@ async def test_a_restart_mid_attach_and_mid_detach_publishes_each_once(
         await _through_a_restart(
             cluster, ATTACHED, lambda i: cluster.delete("pods", NAMESPACE, f"p{i:03}")
         )
-        await until(lambda: not cluster.objects("volumeattachments"), timeout=CONVERGE + 20)
+        await until(lambda: not cluster.objects("volumeattachments"), timeout=CONVERGE)
     assert calls.count("ControllerUnpublishVolume") == ATTACHED
     noise = _noise(logs)
     assert not noise, sorted({(e["event"], str(e.get("error"))[:150]) for e in noise})

@@ -108,8 +108,8 @@ def status_bytes(status: dict[str, Any]) -> bytes:
 class ControlPlane:
     """Where the emulated control plane stands, and what each request meets.
 
-    Counts what was done to requests (`answered_503`, `reset`, `refused_windows`, `hung`) so a
-    test can check that the outage it asked for happened.
+    Counts what was done to requests (`served_while_draining`, `answered_503`, `reset`, `hung`)
+    so a test can check that the outage it asked for happened.
     """
 
     def __init__(self) -> None:
@@ -118,7 +118,6 @@ class ControlPlane:
         self.reset = 0
         self.served_while_draining = 0
         self.hung = 0
-        self.restarts = 0
         self._turn = 0
         self._etcd_back: asyncio.Event | None = None  # set: etcd serves; None: never stopped
         self.etcd_timeout = 7.0
@@ -136,7 +135,6 @@ class ControlPlane:
 
     def come_back(self) -> None:
         self.phase = Phase.SERVING
-        self.restarts += 1
 
     def stop_etcd(self, timeout: float | None = None) -> None:
         if timeout is not None:
@@ -146,10 +144,6 @@ class ControlPlane:
     def start_etcd(self) -> None:
         if self._etcd_back is not None:
             self._etcd_back.set()
-
-    @property
-    def etcd_down(self) -> bool:
-        return self._etcd_back is not None and not self._etcd_back.is_set()
 
     # --- what a request meets ----------------------------------------------------------------
 
