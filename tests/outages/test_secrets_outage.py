@@ -11,33 +11,26 @@ server's 504) while a claim whose driver requires its secret is deleted:
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
 import logging
 
 import pytest
 import structlog
 
 from kopf_csi import names
-from kopf_csi.driver import Driver, DriverConfig, SecretsPolicy
+from kopf_csi.driver import Driver
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 from kopf_csi.testing.spies import Calls
 
 from ..conftest import until
 from ..provisioner.conftest import NAMESPACE, make_claim, make_storage_class, wait_for_bound
+from ..provisioner.test_secrets import (  # the driver that refuses a call without its secret
+    CREDENTIALS,
+    driver_config,  # noqa: F401 (a fixture, used by name)
+    make_secret,
+)
 
 pytestmark = pytest.mark.usefixtures("kcm")
-
-CREDENTIALS = {"username": "outage-user", "password": "outage-password"}
-
-
-@pytest.fixture
-def driver_config(driver_config: DriverConfig) -> DriverConfig:
-    policy = SecretsPolicy(
-        required_for=frozenset({"CreateVolume", "DeleteVolume"}), expected=CREDENTIALS
-    )
-    return dataclasses.replace(driver_config, secrets=policy)
 
 
 async def test_a_deletion_waits_for_its_secret_through_an_etcd_stop(
@@ -47,8 +40,7 @@ async def test_a_deletion_waits_for_its_secret_through_an_etcd_stop(
     calls: Calls,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in CREDENTIALS.items()}
-    cluster.create("secrets", {"metadata": {"name": "creds", "namespace": NAMESPACE}, "data": data})
+    make_secret(cluster, "creds", CREDENTIALS)
     parameters = {
         names.PARAM_PROVISIONER_SECRET_NAME: "creds",
         names.PARAM_PROVISIONER_SECRET_NAMESPACE: NAMESPACE,
