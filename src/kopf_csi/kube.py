@@ -2,9 +2,10 @@
 
 Objects go in and come out as plain dicts, the same shape kopf hands to handlers, so the
 decision functions never see a client model. kubernetes-asyncio does the login (kubeconfig,
-in-cluster, exec plugins, TLS); requests go through its ApiClient with raw JSON bodies, which
-skips building and parsing its generated models on the hot path (stack-notes: most of the
-per-object CPU went there).
+in-cluster, exec plugins, TLS) and owns the connection pool (its aiohttp session). Requests
+go straight to that session with JSON bodies (`KubeClient._send`): its ApiClient's per-request
+work (sanitising every body and parameter recursively, building models) was 5-7 % of the
+operator's CPU under churn, for dicts that are JSON already (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 import aiohttp
@@ -772,14 +773,8 @@ class KubeClient:
         path = resource.path()
         await self._throttle("WATCH", path)
         try:
-            response = await self._api.call_api(
-                path,
-                "GET",
-                query_params=query,
-                header_params=self._headers,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout + 30,
+            response = await self._send(
+                "GET", path, query, dict(self._headers), None, timeout=timeout + 30
             )
         except _TRANSPORT_ERRORS as exc:
             error = _unanswered(exc, "WATCH", path)
@@ -849,15 +844,7 @@ class KubeClient:
         started = time.perf_counter() if self._observers else 0.0
         code = NO_ANSWER
         try:
-            response = await self._api.call_api(
-                path,
-                method,
-                query_params=params,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-            )
+            response = await self._send(method, path, params, headers, body)
             async with response:
                 raw = await response.read()
                 status = response.status
@@ -879,6 +866,47 @@ class KubeClient:
             raise
         self.reachability.answered()
         return decoded
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: Sequence[tuple[str, str]],
+        headers: dict[str, str],
+        body: Any,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """One request on the shared session, as kubernetes-asyncio's ApiClient would send it:
+        its default headers and cookie, the bearer token (refreshed by its hook: exec plugins,
+        in-cluster token files), its proxy and TLS server name; no timeout but `timeout`."""
+        api = self._api
+        configuration = api.configuration
+        headers.update(api.default_headers)
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        auth = (await configuration.auth_settings()).get("BearerToken")
+        if auth:
+            headers[auth["key"]] = auth["value"]
+        url = configuration.host + path
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        client: Any = api.rest_client
+        options: dict[str, Any] = {}
+        if client.proxy:
+            options["proxy"] = client.proxy
+            if client.proxy_headers:
+                options["proxy_headers"] = client.proxy_headers
+        if client.server_hostname:
+            options["server_hostname"] = client.server_hostname
+        return await client.pool_manager.request(
+            method,
+            url,
+            headers=headers,
+            data=None if body is None else json.dumps(body),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            **options,
+        )
 
     def _observed(self, method: str, path: str, code: str, started: float) -> None:
         seconds = time.perf_counter() - started

@@ -61,10 +61,10 @@ FAILURES = {
 async def test_no_answer_is_one_error_type(
     api: kube.KubeClient, monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:
-    async def call_api(*args: Any, **kwargs: Any) -> Any:
+    async def send(*args: Any, **kwargs: Any) -> Any:
         raise FAILURES[failure]()
 
-    monkeypatch.setattr(api._api, "call_api", call_api)
+    monkeypatch.setattr(api, "_send", send)
     with pytest.raises(kube.UnavailableError) as raised:
         await api.get(kube.CONFIGMAPS, "x", "default")
     assert not isinstance(raised.value, aiohttp.ClientError | OSError)
