@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
+from kopf_csi import caches
 from kopf_csi.caches import Cache
 
 VOLUME = {
@@ -122,3 +125,40 @@ def test_a_new_version_shares_what_did_not_change_with_the_one_before() -> None:
     assert after["status"] is not before["status"]
     assert before["status"]["phase"] == "Bound"  # the old version was not changed in place
     assert after["status"]["phase"] is sys.intern("Released")  # compacted as ever
+
+
+def _version(name: str, version: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "resourceVersion": version}, "spec": {}}
+
+
+def test_an_object_deleted_by_our_write_is_not_brought_back_by_an_older_event() -> None:
+    """Our write's answer (the last finalizer gone) comes ahead of the watch: another writer's
+    version from before it, arriving after it, must not put the object back."""
+    cache = Cache()
+    cache.store(_version("va-1", "10"))
+    cache.deleted(_version("va-1", "12"))
+    cache.store(_version("va-1", "11"))  # the other writer's, just before ours
+    cache.store(_version("va-1", "12"))
+    assert "va-1" not in cache
+    cache.remove(_version("va-1", "13"))  # its DELETED event: nothing left to remember
+    cache.store(_version("va-1", "20"))  # made again, with the same name
+    assert cache.get("va-1") == _version("va-1", "20")
+
+
+def test_a_newer_version_after_our_deletion_is_kept() -> None:
+    cache = Cache()
+    cache.deleted(_version("pv-1", "5"))
+    cache.store(_version("pv-1", "9"))  # made again before the DELETED event came
+    assert cache.get("pv-1") == _version("pv-1", "9")
+    cache.store(_version("pv-1", "4"))  # an older one is not kept, as ever
+    assert cache.get("pv-1") == _version("pv-1", "9")
+
+
+def test_deletions_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(caches, "GONE_REMEMBERED", 3)
+    cache = Cache()
+    for index in range(5):
+        cache.deleted(_version(f"pv-{index}", "7"))
+    cache.store(_version("pv-0", "6"))  # forgotten: an old event is let in again
+    cache.store(_version("pv-4", "6"))  # remembered
+    assert [obj["metadata"]["name"] for obj in cache] == ["pv-0"]

@@ -84,6 +84,7 @@ def _older(version: str, known: str | None) -> bool:
 
 
 _intern = sys.intern
+GONE_REMEMBERED = 1024  # objects deleted by our writes whose DELETED event has not come yet
 _INTERN_MAX = 64  # names, uids and enum-like values; not long texts such as messages
 
 
@@ -100,6 +101,7 @@ class Cache:
         self._compact = compact
         self._stores = 0
         self._stored_at: dict[str, int] = {}  # key -> the store that wrote it (for `prune`)
+        self._gone: dict[str, str] = {}  # key -> the version our own write deleted (`deleted`)
 
     def store(self, obj: Body) -> None:
         """Keep a compact copy; the same version again (another handler's view of the same
@@ -108,6 +110,10 @@ class Cache:
         arriving after it, would undo what we know (the resizer expanded twice)."""
         key = object_key(obj)
         version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version and (gone := self._gone.get(key)) is not None:
+            if gone == version or _older(version, gone):
+                return  # a watch event from before our write deleted it
+            del self._gone[key]  # made again since
         known = self._objects.get(key)
         if version and known is not None:
             known_version = known["metadata"].get("resourceVersion")
@@ -118,9 +124,25 @@ class Cache:
         self._stored_at[key] = self._stores
 
     def remove(self, obj: Body) -> None:
+        """Forget the object: its DELETED event (or a LIST without it) says it is gone."""
         key = object_key(obj)
         self._objects.pop(key, None)
         self._stored_at.pop(key, None)
+        self._gone.pop(key, None)
+
+    def deleted(self, obj: Body) -> None:
+        """Forget the object, gone by our own write (`obj` is its answer: the last finalizer
+        removed), and ignore the watch's events of its versions up to that one until its
+        DELETED event comes. A write's answer arrives ahead of the watch: another writer's
+        change from just before ours, arriving after it, would otherwise bring the object
+        back for a moment, and its controller would work on it again (a second
+        ControllerUnpublish for a VA already gone)."""
+        self.remove(obj)
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self._gone[object_key(obj)] = version
+            while len(self._gone) > GONE_REMEMBERED:  # DELETED events lost to a relist
+                del self._gone[next(iter(self._gone))]
 
     def mark(self) -> int:
         """A point in this cache's history, for `prune`: take it before a LIST starts."""
@@ -138,6 +160,7 @@ class Cache:
             if stored <= before and key not in listed
         ]  # fmt: skip
         removed = []
+        self._gone = {key: version for key, version in self._gone.items() if key in listed}
         for key in gone:
             self._stored_at.pop(key, None)
             obj = self._objects.pop(key, None)

@@ -16,7 +16,7 @@ import asyncio
 import collections
 import contextlib
 import datetime
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import structlog
@@ -183,8 +183,8 @@ class Attacher:
 
     async def _add_volume_finalizer(self, pv: Body) -> None:
         try:
-            updated = await self._patch_volume(
-                pv, lambda body: decisions.add_finalizer_patch(body, self.finalizer)
+            updated = await self._patch(
+                kube.VOLUMES, pv, decisions.add_finalizer_patch(pv, self.finalizer)
             )
         except kube.KubeError as exc:
             raise AttachError(names.MESSAGE_PV_FINALIZER_FAILED.format(error=exc.message)) from exc
@@ -193,19 +193,13 @@ class Attacher:
 
     async def _prepare(self, va: Body, node_id: str) -> Body:
         """The finalizer and the node-ID annotation, saved before ControllerPublish."""
+        patch = decisions.va_metadata_patch(va, finalizer=self.finalizer, node_id=node_id)
         try:
-            updated = await self._patch_guarded(
-                kube.VOLUME_ATTACHMENTS,
-                self.caches.attachments,
-                va,
-                lambda body: decisions.va_metadata_patch(
-                    body, finalizer=self.finalizer, node_id=node_id
-                ),
-            )
+            updated = await self._patch(kube.VOLUME_ATTACHMENTS, va, patch)
         except kube.KubeError as exc:
             raise AttachError(names.MESSAGE_VA_SAVE_FAILED.format(error=exc.message)) from exc
-        if updated is None:  # nothing to write, as read (a fresh copy is in the cache)
-            return self.caches.attachments.get(va["metadata"]["name"]) or va
+        if updated is None:  # nothing to write
+            return va
         self.caches.attachments.store(updated)
         return updated
 
@@ -277,28 +271,21 @@ class Attacher:
         as "a timed-out attach" and costs a second ControllerUnpublish. The status patch is
         skipped when removing the finalizer deleted the VA (upstream sends it and gets 404).
         """
-        name = va["metadata"]["name"]
         patch = decisions.remove_finalizer_patch(va, self.finalizer)
         if patch is None and not (va.get("status") or {}).get("attached"):
             return
         if patch is not None:
             try:
-                patched = await self._patch_guarded(
-                    kube.VOLUME_ATTACHMENTS,
-                    self.caches.attachments,
-                    va,
-                    lambda body: decisions.remove_finalizer_patch(body, self.finalizer),
-                )
+                patched = await self._patch(kube.VOLUME_ATTACHMENTS, va, patch)
             except kube.NotFoundError:
                 # Gone: e.g. our earlier finalizer removal went through but its answer was
                 # lost, or it went while no watch saw it (a restart). A cached copy would keep
                 # its PV "still attached" for the provisioner forever (chaos suite).
                 self.caches.attachments.remove(va)
                 return
-            # None: a fresh read (now in the cache) no longer has our finalizer.
-            va = patched if patched is not None else self.caches.attachments.get(name) or va
+            va = patched or va
             if decisions.is_deleted(va):
-                self.caches.attachments.remove(va)
+                self.caches.attachments.deleted(va)
                 return
             self.caches.attachments.store(va)
         # NotFound: deleted by the API server as soon as its last finalizer went.
@@ -312,78 +299,42 @@ class Attacher:
         pv = self.caches.volumes.get(name)
         if pv is None:
             return DONE
+        releasable = decisions.should_release_volume(
+            pv, finalizer=self.finalizer, attachments=self.caches.attachments
+        )
+        if not releasable:
+            return DONE
         try:
-            updated = await self._remove_volume_finalizer(pv)
+            updated = await self._patch(
+                kube.VOLUMES, pv, decisions.remove_finalizer_patch(pv, self.finalizer)
+            )
         except kube.NotFoundError:
             return DONE
-        except kube.StaleWriteError as exc:
-            # Every fresh read lost its race too: the PV is busy; the queue tries again soon.
-            log.debug("volume_finalizer_raced", obj=pv, error=str(exc))
-            return RETRY
         except kube.KubeError as exc:
             log.warning("volume_finalizer_not_removed", obj=pv, error=str(exc))
             return RETRY
         if updated is None:
-            return DONE  # not releasable (yet), as cached or as read again
+            return DONE
         if decisions.is_deleted(updated):
-            self.caches.volumes.remove(updated)
+            self.caches.volumes.deleted(updated)
         else:
             self.caches.volumes.store(updated)
         log.info("volume_finalizer_removed", obj=pv)
         return DONE
 
-    async def _remove_volume_finalizer(self, pv: Body) -> Body | None:
-        def plan(body: Body) -> decisions.MergePatch | None:
-            releasable = decisions.should_release_volume(
-                body, finalizer=self.finalizer, attachments=self.caches.attachments
-            )
-            return decisions.remove_finalizer_patch(body, self.finalizer) if releasable else None
-
-        return await self._patch_volume(pv, plan)
-
-    async def _patch_volume(
-        self, pv: Body, plan: Callable[[Body], decisions.MergePatch | None]
+    async def _patch(
+        self, resource: kube.Resource, obj: Body, patch: decisions.StrategicPatch | None
     ) -> Body | None:
-        """The guarded merge patch `plan` makes of the PV (None: nothing to do), and the answer.
+        """Send a strategic merge patch of `obj` (None: nothing to send) and return the answer.
 
-        NotFoundError when the PV is gone (see `_patch_guarded`).
+        No resourceVersion: the attacher's patches (`decisions`) add or remove single items,
+        which the server merges into what it holds, so there is no race to lose. NotFoundError
+        when the object is gone.
         """
-        return await self._patch_guarded(kube.VOLUMES, self.caches.volumes, pv, plan)
-
-    async def _patch_guarded(
-        self,
-        resource: kube.Resource,
-        cache: Any,
-        obj: Body,
-        plan: Callable[[Body], decisions.MergePatch | None],
-    ) -> Body | None:
-        """Send the guarded merge patch `plan` makes of `obj`; re-plan on a lost race.
-
-        On a stale read (409: the object changed since our read, by the provisioner (#1217),
-        by a VA of the same PV on another node, by the pv-protection controller, by the PV
-        controller's status), it is planned and sent again against a fresh copy, at once and
-        quietly, instead of failing the attempt for a lost race. None when the plan needs
-        nothing; NotFoundError when the object is gone; the last StaleWriteError if every
-        attempt lost.
-        """
+        if patch is None:
+            return None
         name = obj["metadata"]["name"]
-
-        async def write(current: Body) -> Body | None:
-            patch = plan(current)
-            if patch is None:
-                return None
-            return await self.api.patch(resource, name, kube.guarded_patch(current, patch))
-
-        async def read() -> Body | None:
-            log.debug("stale_read", obj=obj)
-            fresh = await self.api.get(resource, name)
-            if fresh is None:
-                cache.remove(obj)
-            else:
-                cache.store(fresh)
-            return fresh
-
-        return await kube.retry_on_conflict(write, obj, read=read)
+        return await self.api.patch(resource, name, patch, patch_type="strategic")
 
     # -- reconciliation ------------------------------------------------------------------------
 
