@@ -10,10 +10,11 @@ which updates the cache and then passes the event to every controller that subsc
 kind (`runtime.subscribe`): the provisioner, the attacher, the resizer. The controllers need
 this module loaded.
 
-Claims and PVs, the kinds with about six watch events per volume each, are not watched through
-kopf: an `informers.Informer` per kind (one task, a LIST and then a watch) feeds the same
-handler functions, without kopf's per-object worker, cause detection and logger per event, 36 %
-of the operator's CPU in the benchmark (docs/benchmarks.md). They start once every start-up
+Claims and PVs, the kinds with about six watch events per volume each, and VolumeAttachments
+are not watched through kopf: an `informers.Informer` per kind (one task, a LIST and then a
+watch) feeds the same handler functions, without kopf's per-object worker, cause detection and
+logger per event, 36 % of the operator's CPU in the benchmark (docs/benchmarks.md); kopf's
+share for the VolumeAttachments alone was 3-5 % under churn. They start once every start-up
 handler has run (`runtime.all_started`), as kopf starts its watches, so that every controller
 has subscribed by then. The handlers of a user's modules on the same streams
 (`kopf_csi.on`) get each event after the controllers (`kopf_csi.streams`).
@@ -56,8 +57,9 @@ async def nodes(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
     _apply(memo, "nodes", event)
 
 
-@kopf.on.event("storage.k8s.io", "v1", "volumeattachments", id="caches.volumeattachments")
-async def attachments(memo: kopf.Memo, event: kopf.RawEvent, **_: Any) -> None:
+async def attachments(memo: kopf.Memo, event: kopf.RawEvent) -> None:
+    if event.get("type") == "DELETED":
+        event = {"type": "DELETED", "object": _cached(memo, "attachments", event["object"])}
     _apply(memo, "attachments", event)
     deleted = event.get("type") == "DELETED"
     await runtime.notify(memo, kube.VOLUME_ATTACHMENTS, event["object"], deleted=deleted)
@@ -98,14 +100,22 @@ async def informers(memo: kopf.Memo, **_: Any) -> None:
     start-up handlers after this one must run first)."""
     await runtime.wait_for_driver(memo)
     api: kube.KubeClient = memo.api
-    # The PVs were listed into the cache by `lifecycle` a moment ago: watch on from that list.
-    primed = (getattr(memo, "primed_versions", None) or {}).get(kube.VOLUMES.plural)
-    known = [object_key(pv) for pv in memo.caches.volumes] if primed else []
+    # The PVs and VAs were listed into the caches by `lifecycle` a moment ago: watch on from
+    # those lists.
+    primed = getattr(memo, "primed_versions", None) or {}
+
+    def watched_on(resource: kube.Resource, cache_name: str, handler: Any) -> Informer:
+        since = primed.get(resource.plural)
+        cache = getattr(memo.caches, cache_name)
+        known = [object_key(obj) for obj in cache] if since else []
+        return Informer(api, resource, _feeding(memo, handler), since=since, known=known)
+
     # The handlers of `kopf_csi.on` in the user's modules: on these same streams.
     handlers = on.registered(getattr(memo, "registry", None))
     memo.streams = Streams(handlers, memo, volumes=memo.caches.volumes) if handlers else None
     running = [
-        Informer(api, kube.VOLUMES, _feeding(memo, volumes), since=primed, known=known),
+        watched_on(kube.VOLUMES, "volumes", volumes),
+        watched_on(kube.VOLUME_ATTACHMENTS, "attachments", attachments),
         Informer(api, kube.CLAIMS, _feeding(memo, claims)),
     ]
     memo.informers = running

@@ -198,7 +198,7 @@ async def test_an_api_error_is_retried(cluster: EmulatedCluster, api: kube.KubeC
     assert not cluster.faults
 
 
-async def test_claims_and_volumes_are_not_watched_through_kopf() -> None:
+async def test_claims_volumes_and_attachments_are_not_watched_through_kopf() -> None:
     import kopf
 
     registry = kopf.OperatorRegistry()
@@ -206,7 +206,7 @@ async def test_claims_and_volumes_are_not_watched_through_kopf() -> None:
     watching = {str(h.id) for h in registry._watching.get_all_handlers()}
     assert "caches.volumes" not in watching
     assert "caches.claims" not in watching
-    assert "caches.volumeattachments" in watching  # still through kopf
+    assert "caches.volumeattachments" not in watching
     memo = runtime.OperatorMemo(registry=registry)
     ids = [str(h.id) for h in registry._activities.get_all_handlers()]
     assert ids[-1] == runtime.STARTED_HANDLER_ID  # after every module's start-up handler
