@@ -217,22 +217,26 @@ async def test_claims_volumes_and_attachments_are_not_watched_through_kopf() -> 
     await asyncio.wait_for(waiting, 1)
 
 
-async def test_a_deletion_found_by_a_relist_reaches_the_controllers_with_the_last_state() -> None:
+@pytest.mark.parametrize(
+    ("resource", "cache_name", "handler"),
+    [(kube.VOLUMES, "volumes", "volumes"), (kube.VOLUME_ATTACHMENTS, "attachments", "attachments")],
+)
+async def test_a_deletion_found_by_a_relist_reaches_the_controllers_with_the_last_state(
+    resource: kube.Resource, cache_name: str, handler: str
+) -> None:
     from kopf_csi.caches import Caches
     from kopf_csi_handlers import caches as cache_handlers
 
     memo = runtime.OperatorMemo(caches=Caches())
-    pv = {"metadata": {"name": "pv-1", "resourceVersion": "5"}, "spec": {"csi": {"driver": "d"}}}
-    memo.caches.volumes.store(pv)
+    obj = {"metadata": {"name": "x-1", "resourceVersion": "5"}, "spec": {"a": "b"}}
+    getattr(memo.caches, cache_name).store(obj)
     got: list[tuple[dict[str, Any], bool]] = []
-    runtime.subscribe(memo, kube.VOLUMES, lambda obj, deleted: got.append((obj, deleted)))
-    await cache_handlers.volumes(
-        memo, {"type": "DELETED", "object": {"metadata": {"name": "pv-1"}}}
+    runtime.subscribe(memo, resource, lambda obj, deleted: got.append((obj, deleted)))
+    await getattr(cache_handlers, handler)(
+        memo, {"type": "DELETED", "object": {"metadata": {"name": "x-1"}}}
     )
-    assert got == [
-        ({"metadata": {"name": "pv-1", "resourceVersion": "5"}, "spec": pv["spec"]}, True)
-    ]
-    assert "pv-1" not in memo.caches.volumes
+    assert got == [(obj, True)]
+    assert "x-1" not in getattr(memo.caches, cache_name)
 
 
 async def test_given_a_list_it_watches_on_from_there_without_listing(
