@@ -163,8 +163,8 @@ async def test_a_newer_releases_record_is_left_alone(
     cluster.create(
         "configmaps",
         {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": {"name": lane, "namespace": "default"}, "data": {"u-future": newer}},
-        namespace="default",
+         "metadata": {"name": lane, "namespace": OWN}, "data": {"u-future": newer}},
+        namespace=OWN,
     )  # fmt: skip
     operator = OperatorThread(settings=settings)
     with capture_logs() as logs:
