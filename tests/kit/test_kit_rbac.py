@@ -4,8 +4,9 @@ We test these aspects:
 - the example modules work under the shipped RBAC plus their declared rules, with no marker:
   the operator's requests are made as its ServiceAccount, none is refused, and
   namespace_quota's declared ClusterRole decides its watch of Namespaces;
-- the test's own `kubeconfig` is cluster-admin's (it reads what the operator may not), and
-  the operator's is `operator_kubeconfig`, its ServiceAccount's;
+- the test's own `kubeconfig` is cluster-admin's (it reads what the operator may not; it
+  sends no credentials, as kubectl sends none over plain HTTP), and the operator's is
+  `operator_kubeconfig`, its ServiceAccount's;
 - in a user's project, with no marker, a new module's read that nothing grants fails the
   test, quoting the API server's 403 (even though the module shrugged the error off) and the
   declaration that would grant it; the same read declared passes, and so does a test marked
@@ -92,6 +93,7 @@ def _refused(*requests: tuple[str, str, dict[str, str]]) -> Authorizer:
     admin = f"Bearer {authorizer.login(ADMIN)}"
     for method, path, query in requests:
         assert authorizer.check(method, path, query, admin) is None
+        assert authorizer.check(method, path, query, None) is None  # the test's: no credentials
         authorizer.check(method, path, query, operator)
     return authorizer
 

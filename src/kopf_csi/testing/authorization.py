@@ -1,8 +1,10 @@
 """RBAC for the emulated API server: who sent a request, and whether the roles allow it.
 
 Authentication: a bearer token from ``login()`` names its user; a request without a token is
-``system:anonymous`` in ``system:unauthenticated`` (the API server's default); an unknown token
-is answered 401. Authorization follows the API server's RBAC authorizer:
+``system:anonymous`` in ``system:unauthenticated`` (the API server's default), or the
+``unauthenticated`` user given (the testing kit's: ``ADMIN``, as the API server's old insecure
+port served plain HTTP unauthenticated as an admin; kubectl sends no token over plain HTTP); an
+unknown token is answered 401. Authorization follows the API server's RBAC authorizer:
 
 - ClusterRoleBindings are consulted first, then the RoleBindings of the request's namespace;
   the first rule that allows the request decides, and is credited in ``uses``.
@@ -288,8 +290,11 @@ UNAUTHORIZED = _status(401, "Unauthorized", "Unauthorized")
 class Authorizer:
     """Authenticates and authorizes the emulator's HTTP requests against RBAC objects."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(
+        self, objects: Iterable[Mapping[str, Any]] = (), *, unauthenticated: User = ANONYMOUS
+    ) -> None:
         self.grants = grants(objects)  # the given objects' bindings; the bootstrap ones apart
+        self.unauthenticated = unauthenticated  # who a request without credentials is
         self._bootstrap = grants(bootstrap_objects())
         self._tokens: dict[str, User] = {}
         self.uses: collections.Counter[tuple[str, Access | str]] = collections.Counter()
@@ -306,7 +311,7 @@ class Authorizer:
     def authenticate(self, authorization: str | None) -> User | None:
         """The user behind an ``Authorization`` header; None for a token nobody issued."""
         if not authorization:
-            return ANONYMOUS
+            return self.unauthenticated
         scheme, _, token = authorization.partition(" ")
         return self._tokens.get(token.strip()) if scheme.lower() == "bearer" else None
 

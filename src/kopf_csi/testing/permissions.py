@@ -6,8 +6,8 @@ In a cluster the operator runs as its ServiceAccount, with the shipped RBAC
 allows everything, and meets a 403 only once deployed. The kit's emulated API authorizes the
 operator's requests with exactly those objects, as that ServiceAccount, so the user's test
 meets the 403 first, with the API server's own text naming the verb, the resource and the
-namespace it lacks, and the declaration that would grant it. The test's own clients are
-`ADMIN` (cluster-admin), as kind's kubeconfig is.
+namespace it lacks, and the declaration that would grant it. The test's own clients send no
+credentials, and are `ADMIN` (cluster-admin), as kind's kubeconfig is.
 
 The base RBAC ships inside the package (setup.py maps `manifests/base`'s `rbac.yaml` into
 `kopf_csi.testing.manifests`); an editable install reads the repository's file.
@@ -55,10 +55,11 @@ def base_rbac() -> list[Body]:
 
 def authorizer_for(handler_modules: Sequence[str]) -> Authorizer:
     """An authorizer with the shipped RBAC and the roles the non-default modules declare,
-    bound to the operator's ServiceAccount as `kopf-csi rbac` binds them."""
+    bound to the operator's ServiceAccount as `kopf-csi rbac` binds them. A request without
+    credentials (the test's kubectl, explain, clients) is `ADMIN`'s."""
     own = _own(handler_modules)
     declared = modules.declared_rbac(own) if own else {}
-    return Authorizer([*base_rbac(), *rbac.manifests(declared)])
+    return Authorizer([*base_rbac(), *rbac.manifests(declared)], unauthenticated=ADMIN)
 
 
 def cluster_arguments(*, kit_rbac: bool, handler_modules: Sequence[str]) -> dict[str, Any]:

@@ -266,11 +266,9 @@ async def cluster(
 @pytest.fixture
 def kubeconfig(cluster: EmulatedCluster, tmp_path: pathlib.Path) -> pathlib.Path:
     """The test's own kubeconfig for `cluster`: cluster-admin's, as kind's is (kubectl,
-    explain, the test's clients). Not the operator's: that is `operator_kubeconfig`."""
-    from kopf_csi.testing.permissions import ADMIN
-
-    token = cluster.authorizer.login(ADMIN) if cluster.authorizer is not None else None
-    return cluster.write_kubeconfig(tmp_path / "kubeconfig", token=token)
+    explain, the test's clients): without credentials, which the kit's cluster serves as
+    cluster-admin. Not the operator's: that is `operator_kubeconfig`."""
+    return cluster.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 @pytest.fixture
