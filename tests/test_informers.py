@@ -27,6 +27,7 @@ import structlog
 from kopf_csi import kube, modules, runtime
 from kopf_csi.informers import Informer
 from kopf_csi.settings import Settings
+from kopf_csi.testing import permissions
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import running_operator
 
@@ -36,8 +37,11 @@ PVCS = "persistentvolumeclaims"
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[EmulatedCluster]:
-    async with EmulatedCluster(storage_protection=False) as cluster:  # claims: a sample kind
+async def cluster(
+    kit_rbac: bool, handler_modules: tuple[str, ...]
+) -> AsyncIterator[EmulatedCluster]:
+    rbac = permissions.cluster_arguments(kit_rbac=kit_rbac, handler_modules=handler_modules)
+    async with EmulatedCluster(storage_protection=False, **rbac) as cluster:  # claims: a sample
         yield cluster
 
 

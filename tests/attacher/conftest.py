@@ -15,7 +15,7 @@ import pytest
 
 from kopf_csi.attaching.options import AttacherOptions, HealthMonitorOptions
 from kopf_csi.driver import DriverConfig, Features
-from kopf_csi.settings import CSISettings, KubeSettings, Settings
+from kopf_csi.settings import Settings
 
 from ..conftest import NODE
 
@@ -64,14 +64,6 @@ def handler_modules() -> tuple[str, ...]:
 
 @pytest.fixture
 def settings(
-    kubeconfig: pathlib.Path,
-    socket_path: pathlib.Path,
-    attacher_options: AttacherOptions,
-    health_options: HealthMonitorOptions,
+    settings: Settings, attacher_options: AttacherOptions, health_options: HealthMonitorOptions
 ) -> Settings:
-    return Settings(
-        csi=CSISettings(address=f"unix://{socket_path}", timeout=5.0, connect_timeout=10.0),
-        kube=KubeSettings(kubeconfig=kubeconfig),
-        attacher=attacher_options,
-        health=health_options,
-    )
+    return dataclasses.replace(settings, attacher=attacher_options, health=health_options)

@@ -14,7 +14,7 @@ the provisioning metrics count the back end's volumes.
 from __future__ import annotations
 
 import asyncio
-import pathlib
+import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -22,7 +22,7 @@ import pytest
 
 from kopf_csi import names
 from kopf_csi.provisioning.backends import ProvisionResult
-from kopf_csi.settings import CSISettings, KubeSettings, ProvisionerOptions, Settings
+from kopf_csi.settings import CSISettings, ProvisionerOptions, Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread, running_operator
 from tests.backends import state
@@ -42,12 +42,9 @@ def script() -> Iterator[None]:
 
 
 @pytest.fixture
-def settings(kubeconfig: pathlib.Path) -> Settings:
+def settings(settings: Settings) -> Settings:
     options = ProvisionerOptions(retry_interval_start=0.05, retry_interval_max=RETRY_MAX)
-    return Settings(
-        csi=CSISettings(disabled=True), kube=KubeSettings(kubeconfig=kubeconfig),
-        provisioner=options,
-    )  # fmt: skip
+    return dataclasses.replace(settings, csi=CSISettings(disabled=True), provisioner=options)
 
 
 @pytest.fixture

@@ -4,13 +4,13 @@ change otherwise, for ever if nothing changes them)."""
 
 from __future__ import annotations
 
-import pathlib
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from kopf_csi.settings import CSISettings, KubeSettings, Settings
+from kopf_csi.settings import CSISettings, Settings
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.operator import DEFAULT_MODULES, running_operator
 from tests.backends import late_backend, state
@@ -29,7 +29,7 @@ def clean() -> Iterator[None]:
 
 
 async def test_a_back_end_registered_late_provisions_the_claims_already_there(
-    cluster: EmulatedCluster, kcm: Any, kubeconfig: pathlib.Path
+    cluster: EmulatedCluster, kcm: Any, settings: Settings
 ) -> None:
     cluster.create(
         "storageclasses",
@@ -42,7 +42,7 @@ async def test_a_back_end_registered_late_provisions_the_claims_already_there(
         namespace="default",
     )  # fmt: skip
     volume = f"pvc-{claim['metadata']['uid']}"
-    settings = Settings(csi=CSISettings(disabled=True), kube=KubeSettings(kubeconfig=kubeconfig))
+    settings = dataclasses.replace(settings, csi=CSISettings(disabled=True))
     modules = (*DEFAULT_MODULES, "tests.backends.late_backend")
     async with running_operator(settings=settings, modules=modules):
         await until(lambda: cluster.requests.count(verb="watch", resource="persistentvolumeclaims"))

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kopf_csi import rbac
 from kopf_csi.driver import Driver, DriverConfig, Limits
 from kopf_csi.provisioning import capacity
 from kopf_csi.settings import CapacitySettings, Settings
@@ -155,7 +156,7 @@ async def test_capacity_objects_follow_the_driver(
     await operator.start()
     try:
         [obj] = await until(lambda: _capacities(cluster))
-        assert obj["metadata"]["namespace"] == "default"
+        assert obj["metadata"]["namespace"] == rbac.NAMESPACE  # the operator's (kit_rbac)
         assert obj["metadata"]["name"].startswith("csisc-")
         assert obj["metadata"]["labels"]["csi.storage.k8s.io/managed-by"] == "external-provisioner"
         assert obj["storageClassName"] == "wffc"

@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 
-from kopf_csi import names
+from kopf_csi import names, rbac
 from kopf_csi.provisioning.journal import journal_name
 from kopf_csi.settings import (
     CSISettings,
-    KubeSettings,
     LeaderElectionSettings,
     ProvisionerOptions,
     Settings,
@@ -37,7 +36,8 @@ from tests.examples import gate
 
 EXAMPLE = "kopf_csi_handlers.examples.hostdir_provisioner"
 GATED = "tests.examples.gated_hostdir"
-NAMESPACE = "default"
+NAMESPACE = "default"  # the claims'
+OWN_NAMESPACE = rbac.NAMESPACE  # the operator's (its journal and Leases), under kit_rbac
 
 
 @pytest.fixture
@@ -46,10 +46,10 @@ def handler_modules() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def settings(kubeconfig: pathlib.Path) -> Settings:
-    return Settings(
+def settings(settings: Settings) -> Settings:
+    return dataclasses.replace(
+        settings,
         csi=CSISettings(disabled=True),
-        kube=KubeSettings(kubeconfig=kubeconfig),
         provisioner=ProvisionerOptions(
             retry_interval_start=0.05, retry_interval_max=0.3, node_name=NODE
         ),
@@ -291,14 +291,14 @@ async def test_served_next_to_a_csi_driver(
     cluster: EmulatedCluster,
     kcm: Any,
     driver: Any,
-    kubeconfig: pathlib.Path,
+    settings: Settings,
     socket_path: pathlib.Path,
     base: pathlib.Path,
 ) -> None:
     """One operator, two back ends: the CSI driver's classes and the example's, side by side."""
-    settings = Settings(
+    settings = dataclasses.replace(
+        settings,
         csi=CSISettings(address=f"unix://{socket_path}", timeout=5.0, connect_timeout=10.0),
-        kube=KubeSettings(kubeconfig=kubeconfig),
         provisioner=ProvisionerOptions(retry_interval_start=0.05, node_name=NODE),
     )
     storage_class(cluster, base)
@@ -341,7 +341,7 @@ async def test_a_restart_mid_provisioning_makes_nothing_twice_and_loses_nothing(
     async with running_operator(settings=settings, modules=modules):
         uid = claim(cluster, "midway")["metadata"]["uid"]
         await until(lambda: gate.CALLS)  # the directory is made; the PV is not saved yet
-        journal = cluster.get("configmaps", NAMESPACE, journal_name(NAME))
+        journal = cluster.get("configmaps", OWN_NAMESPACE, journal_name(NAME))
         assert uid in (journal or {}).get("data", {})  # recorded before the back end ran
     assert cluster.objects("persistentvolumes") == []
     assert directories(base) == [f"pvc-{uid}"]
@@ -359,7 +359,9 @@ async def test_a_restart_mid_provisioning_makes_nothing_twice_and_loses_nothing(
             assert len(cluster.objects("persistentvolumes")) == 1
             assert directories(base) == [f"pvc-{uid}"]
         await until(
-            lambda: not (cluster.get("configmaps", NAMESPACE, journal_name(NAME)) or {}).get("data")
+            lambda: (
+                not (cluster.get("configmaps", OWN_NAMESPACE, journal_name(NAME)) or {}).get("data")
+            )
         )
 
 
@@ -381,10 +383,10 @@ async def test_two_replicas_elect_one_leader_on_the_libraries_lease(
 
     first, second = replica("replica-a"), replica("replica-b")
     await first.start()
-    lease = await until(lambda: cluster.get("leases", NAMESPACE, lease_name))
+    lease = await until(lambda: cluster.get("leases", OWN_NAMESPACE, lease_name))
     await until(
         lambda: (
-            (cluster.get("leases", NAMESPACE, lease_name) or {})
+            (cluster.get("leases", OWN_NAMESPACE, lease_name) or {})
             .get("spec", {})
             .get("holderIdentity")
             == "replica-a"
@@ -399,7 +401,7 @@ async def test_two_replicas_elect_one_leader_on_the_libraries_lease(
         await first.stop()  # releases the Lease: the standby takes over at once
         claim(cluster, "two")
         await until(lambda: bound_volume(cluster, "two"), timeout=15)
-        holder = cluster.get("leases", NAMESPACE, lease_name)["spec"]["holderIdentity"]
+        holder = cluster.get("leases", OWN_NAMESPACE, lease_name)["spec"]["holderIdentity"]
         assert holder == "replica-b"
         assert lease["metadata"]["managedFields"][0]["manager"] == "kopf-csi.kopf.dev-hostdir"
         assert len(cluster.objects("persistentvolumes")) == 2

@@ -1,8 +1,10 @@
 """End-to-end fixtures for `kopf-csi explain`: the operator (with leader election and its HTTP
 endpoint), the reference driver, the KCM stand-in, and explain run as a process.
 
-The operator runs as in the Deployment: `--leader-election` (its Lease in `default`) and
-`--http-endpoint` (on a free port), with short retries so that failures show within a second.
+The operator runs as in the Deployment: as its ServiceAccount (the kit's `kit_rbac`),
+`--leader-election` (its Lease in its own namespace, `kopf-csi`) and `--http-endpoint` (on a free
+port), with short retries so that failures show within a second. explain runs with the test's
+`kubeconfig`, cluster-admin's, as a user's kubectl would.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kopf_csi import rbac
 from kopf_csi.settings import (
     CSISettings,
     HTTPSettings,
@@ -32,7 +35,7 @@ from kopf_csi.testing.operator import OperatorThread
 from ..provisioner.conftest import node_objects, settled
 
 IDENTITY = "replica-a"
-LEASE_NAMESPACE = "default"
+LEASE_NAMESPACE = rbac.NAMESPACE  # the operator's (kit_rbac)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from kopf_csi.testing.operator import OperatorThread
 
 from ..conftest import DRIVER_NAME
 from ..provisioner.conftest import make_claim, make_pod, make_storage_class
-from .conftest import IDENTITY, until_explained
+from .conftest import IDENTITY, LEASE_NAMESPACE, until_explained
 
 CLAIM = "pvc/default/data"
 
@@ -100,7 +100,9 @@ async def test_the_served_provisioner_shows_its_live_lease(
     found = await until_explained(explain, CLAIM, "no-consumer")
     assert "waiting for a first consumer: no pod uses this claim" in found.text.first_line
     lease = DRIVER_NAME.replace(".", "-")
-    assert _has(found.text.evidence, f"Lease default/{lease}: held by {IDENTITY}", "renewed")
+    assert _has(
+        found.text.evidence, f"Lease {LEASE_NAMESPACE}/{lease}: held by {IDENTITY}", "renewed"
+    )
     assert found.text.code == 1
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from kopf_csi import rbac
 from kopf_csi.csi import CSIClient
 from kopf_csi.csi import messages as csi
 from kopf_csi.driver import Driver
@@ -28,6 +29,7 @@ from kopf_csi.testing.operator import OperatorThread
 
 from ..conftest import DRIVER_NAME, seed_node, until
 
+OWN = rbac.NAMESPACE  # the operator's namespace: its journal's (kit_rbac)
 JOURNAL = journal_name(DRIVER_NAME)
 
 
@@ -76,7 +78,7 @@ def create_volume_request(name: str) -> csi.CreateVolumeRequest:
 
 
 def _journal(cluster: EmulatedCluster) -> dict[str, Any]:
-    config_map = cluster.get("configmaps", "default", JOURNAL)
+    config_map = cluster.get("configmaps", OWN, JOURNAL)
     return {k: json.loads(v) for k, v in ((config_map or {}).get("data") or {}).items()}
 
 
@@ -130,7 +132,7 @@ async def test_a_provisioned_claim_leaves_no_record(
                 == "Bound"
             )
         )
-        await until(lambda: cluster.get("configmaps", "default", JOURNAL) is not None)
+        await until(lambda: cluster.get("configmaps", OWN, JOURNAL) is not None)
         await until(lambda: not _journal(cluster))
     finally:
         await operator.stop()
@@ -242,7 +244,7 @@ def _stale_record(cluster: EmulatedCluster, claim: dict[str, Any]) -> None:
     """The record's removal was lost (a kill right after the PV was saved): put it back."""
     record = json.dumps(snapshot_of(claim), separators=(",", ":"), sort_keys=True)
     patch = {"data": {claim["metadata"]["uid"]: record}}
-    cluster.patch("configmaps", "default", JOURNAL, patch)
+    cluster.patch("configmaps", OWN, JOURNAL, patch)
 
 
 async def test_a_stale_record_of_a_bound_claim_is_dropped_without_a_call(

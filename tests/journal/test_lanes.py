@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from kopf_csi import kube
+from kopf_csi import kube, rbac
 from kopf_csi.csi import CSIClient
 from kopf_csi.driver import Driver
 from kopf_csi.provisioning.journal import LANES, Journal, journal_name, lane_names
@@ -35,6 +35,7 @@ from kopf_csi.testing.operator import OperatorThread
 from ..conftest import DRIVER_NAME, until
 from .test_inflight_restart import _claim, _seed, create_volume_request
 
+OWN = rbac.NAMESPACE  # the operator's namespace: its journal's (kit_rbac)
 LANE_NAMES = lane_names(journal_name(DRIVER_NAME))
 
 
@@ -48,7 +49,7 @@ def _records(cluster: EmulatedCluster, names: list[str]) -> dict[str, str]:
     """Every lane's records: claim uid -> the lane (ConfigMap name) holding it."""
     found = {}
     for name in names:
-        config_map = cluster.get("configmaps", "default", name) or {}
+        config_map = cluster.get("configmaps", OWN, name) or {}
         for uid in config_map.get("data") or {}:
             found[uid] = name
     return found
@@ -71,7 +72,7 @@ def test_lane_names_start_with_the_journal_and_fit() -> None:
 async def test_a_claim_does_not_wait_behind_another_commit(
     cluster: EmulatedCluster, api: kube.KubeClient
 ) -> None:
-    journal = Journal(api, namespace="default", name="journal")
+    journal = Journal(api, namespace=OWN, name="journal")
     assert await journal.load() == {}  # as at start-up: the lanes' ConfigMaps do not exist
     cluster.write_latency = 1.0
     loop = asyncio.get_running_loop()
@@ -85,7 +86,7 @@ async def test_a_claim_does_not_wait_behind_another_commit(
     lanes = _records(cluster, lane_names("journal"))
     assert set(lanes) == {"uid-a", "uid-b"}
     assert lanes["uid-a"] != lanes["uid-b"]
-    assert json.loads(cluster.get("configmaps", "default", lanes["uid-b"])["data"]["uid-b"])
+    assert json.loads(cluster.get("configmaps", OWN, lanes["uid-b"])["data"]["uid-b"])
 
 
 async def test_claims_in_two_lanes_are_finished_after_a_restart(

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from kopf_csi import rbac
 from kopf_csi.csi import CSIClient
 from kopf_csi.driver import Driver
 from kopf_csi.provisioning.journal import (
@@ -42,6 +43,7 @@ from kopf_csi.testing.operator import OperatorThread
 from ..conftest import DRIVER_NAME, until
 from .test_inflight_restart import _claim, _seed, create_volume_request
 
+OWN = rbac.NAMESPACE  # the operator's namespace: its journal's (kit_rbac)
 JOURNAL = journal_name(DRIVER_NAME)
 
 
@@ -86,7 +88,7 @@ def test_what_this_release_does_not_read(raw: str, error: type[Exception]) -> No
 def _lanes(cluster: EmulatedCluster) -> dict[str, dict[str, str]]:
     found = {}
     for name in lane_names(JOURNAL):
-        config_map = cluster.get("configmaps", "default", name)
+        config_map = cluster.get("configmaps", OWN, name)
         if config_map is not None:
             found[name] = dict(config_map.get("data") or {})
     return found
@@ -119,10 +121,10 @@ async def test_the_previous_releases_journal_is_finished_after_the_upgrade(
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": JOURNAL, "namespace": "default"},
+            "metadata": {"name": JOURNAL, "namespace": OWN},
             "data": {c["metadata"]["uid"]: previous_release_record(c) for c in claims.values()},
         },
-        namespace="default",
+        namespace=OWN,
     )
     # Its CreateVolume for the first claim reached the driver; the user then gave up on two.
     made = claims["made-then-deleted"]["metadata"]["uid"]
@@ -161,8 +163,8 @@ async def test_a_newer_releases_record_is_left_alone(
     cluster.create(
         "configmaps",
         {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": {"name": lane, "namespace": "default"}, "data": {"u-future": newer}},
-        namespace="default",
+         "metadata": {"name": lane, "namespace": OWN}, "data": {"u-future": newer}},
+        namespace=OWN,
     )  # fmt: skip
     operator = OperatorThread(settings=settings)
     with capture_logs() as logs:

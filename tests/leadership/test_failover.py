@@ -28,7 +28,7 @@ from typing import Any, Literal
 import aiohttp
 import pytest
 
-from kopf_csi import leadership, names
+from kopf_csi import leadership, names, rbac
 from kopf_csi.driver import Driver
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
@@ -37,7 +37,8 @@ from kopf_csi.testing.kcm import ControllerManager
 from ..conftest import DRIVER_NAME, field_managers, seed_node, until
 from .conftest import FAST, MODULES, Replica, start_replica
 
-NAMESPACE = "default"
+NAMESPACE = "default"  # the claims'
+LEASES = rbac.NAMESPACE  # the operator's namespace, where its Leases are (kit_rbac)
 PROVISIONER_LEASE = names.lease_name(names.LEASE_PREFIX_PROVISIONER, DRIVER_NAME)
 ATTACHER_LEASE = names.lease_name(names.LEASE_PREFIX_ATTACHER, DRIVER_NAME)
 
@@ -72,13 +73,13 @@ def bound(cluster: EmulatedCluster, names_: list[str]) -> bool:
 
 
 def lease(cluster: EmulatedCluster, name: str = PROVISIONER_LEASE) -> dict[str, Any]:
-    found = cluster.get("leases", NAMESPACE, name)
+    found = cluster.get("leases", LEASES, name)
     assert found is not None, f"no Lease {name}"
     return found
 
 
 def holder(cluster: EmulatedCluster, name: str = PROVISIONER_LEASE) -> str | None:
-    found = cluster.get("leases", NAMESPACE, name)
+    found = cluster.get("leases", LEASES, name)
     return None if found is None else found["spec"].get("holderIdentity")
 
 
@@ -176,7 +177,7 @@ class GoSidecar:
         cluster.create(
             "leases",
             {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-             "metadata": {"name": name, "namespace": NAMESPACE},
+             "metadata": {"name": name, "namespace": LEASES},
              "spec": {"holderIdentity": identity, "leaseDurationSeconds": 2,
                       "acquireTime": now, "renewTime": now, "leaseTransitions": 4}},
         )  # fmt: skip
@@ -186,7 +187,7 @@ class GoSidecar:
         while True:
             await asyncio.sleep(0.3)
             now = leadership.format_microtime(datetime.datetime.now(datetime.UTC))
-            self.cluster.patch("leases", NAMESPACE, self.name, {"spec": {"renewTime": now}})
+            self.cluster.patch("leases", LEASES, self.name, {"spec": {"renewTime": now}})
 
     async def stop(self) -> None:
         self.task.cancel()
@@ -419,7 +420,7 @@ class Collision:
 
     async def _land(self, name: str) -> None:
         now = leadership.format_microtime(datetime.datetime.now(datetime.UTC))
-        self.cluster.patch("leases", NAMESPACE, name, {"spec": {"renewTime": now}})
+        self.cluster.patch("leases", LEASES, name, {"spec": {"renewTime": now}})
 
 
 @pytest.mark.parametrize("how", ["landed", "conflict"])

@@ -35,6 +35,11 @@ ALLOWED_UNOBSERVED: dict[tuple[str, str, str], str] = {
         "SNAPSHOT_SWEEP_INTERVAL (5 min, fixed in handlers/provisioner.py); the run lasts "
         "seconds. Without it the sweep fails quietly and protection finalizers can linger."
     ),
+    ("", "pods", "list"): (
+        "the resizer lists a claim's pods after an offline driver's FailedPrecondition (volume "
+        "in use?); the scenario's driver expands online. tests/resizer/test_offline.py does, "
+        "under this RBAC (the kit's kit_rbac, on by default), and fails with the 403 without it."
+    ),
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kopf_csi import cli
+from kopf_csi import cli, rbac
 from kopf_csi.modules import DEFAULT_MODULES
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
@@ -46,7 +46,8 @@ def settings_and_modules(args: list[str], kubeconfig: pathlib.Path, socket: path
     settings = dataclasses.replace(
         settings,
         csi=dataclasses.replace(settings.csi, address=f"unix://{socket}", connect_timeout=10.0),
-        kube=dataclasses.replace(settings.kube, kubeconfig=kubeconfig),
+        # As the Deployment runs it: as its ServiceAccount, in its namespace (kit_rbac).
+        kube=dataclasses.replace(settings.kube, kubeconfig=kubeconfig, namespace=rbac.NAMESPACE),
     )
     return settings, modules
 
@@ -77,7 +78,7 @@ def _phase(cluster: EmulatedCluster, name: str) -> str | None:
 
 async def test_the_migrated_flags_provision_attach_expand_and_snapshot(
     cluster: EmulatedCluster,
-    kubeconfig: pathlib.Path,
+    operator_kubeconfig: pathlib.Path,
     kcm: Any,
     driver: Any,
     socket_path: pathlib.Path,
@@ -85,7 +86,7 @@ async def test_the_migrated_flags_provision_attach_expand_and_snapshot(
 ) -> None:
     args = migrated_args()
     assert args == ["--csi-address=/csi/csi.sock", "--v=5"]
-    settings, modules = settings_and_modules(args, kubeconfig, socket_path)
+    settings, modules = settings_and_modules(args, operator_kubeconfig, socket_path)
     seed_node(cluster)
     for obj in _examples("csidriver.yaml", "storageclasses.yaml", "volumesnapshotclass.yaml"):
         _create(cluster, obj)

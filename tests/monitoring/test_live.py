@@ -70,7 +70,7 @@ def settings(settings: Settings) -> Settings:
         provisioner=ProvisionerOptions(retry_interval_start=0.05, retry_interval_max=0.5),
         http=HTTPSettings(endpoint="127.0.0.1:0"),
         leader_election=LeaderElectionSettings(
-            enabled=True, namespace="default", lease_duration=2.0, renew_deadline=1.0,
+            enabled=True, lease_duration=2.0, renew_deadline=1.0,
             retry_period=0.2,
         ),
     )  # fmt: skip

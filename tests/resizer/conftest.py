@@ -19,7 +19,7 @@ import pytest
 
 from kopf_csi.driver import DriverConfig, Features
 from kopf_csi.resizing.options import ResizerOptions
-from kopf_csi.settings import CSISettings, KubeSettings, ProvisionerOptions, Settings
+from kopf_csi.settings import ProvisionerOptions, Settings
 from kopf_csi.testing.emulator import Body, EmulatedCluster
 from kopf_csi.testing.operator import OperatorThread
 
@@ -74,12 +74,10 @@ def handler_modules() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def settings(
-    kubeconfig: pathlib.Path, socket_path: pathlib.Path, resizer_options: ResizerOptions
-) -> Settings:
-    return Settings(
-        csi=CSISettings(address=f"unix://{socket_path}", timeout=2.0, connect_timeout=10.0),
-        kube=KubeSettings(kubeconfig=kubeconfig),
+def settings(settings: Settings, resizer_options: ResizerOptions) -> Settings:
+    return dataclasses.replace(
+        settings,
+        csi=dataclasses.replace(settings.csi, timeout=2.0),
         provisioner=ProvisionerOptions(retry_interval_start=0.05, retry_interval_max=0.5),
         resizer=resizer_options,
     )

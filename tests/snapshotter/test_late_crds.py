@@ -20,6 +20,7 @@ import yaml
 
 from kopf_csi.driver import Driver
 from kopf_csi.settings import Settings
+from kopf_csi.testing import permissions
 from kopf_csi.testing.emulator import KINDS, EmulatedCluster
 from kopf_csi.testing.operator import running_operator
 from kopf_csi.testing.snapshots import SnapshotController
@@ -36,8 +37,12 @@ CRDS = [
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[EmulatedCluster]:
-    async with EmulatedCluster(kinds=tuple(k for k in KINDS if k not in SNAPSHOT_KINDS)) as cluster:
+async def cluster(
+    kit_rbac: bool, handler_modules: tuple[str, ...]
+) -> AsyncIterator[EmulatedCluster]:
+    rbac = permissions.cluster_arguments(kit_rbac=kit_rbac, handler_modules=handler_modules)
+    kinds = tuple(k for k in KINDS if k not in SNAPSHOT_KINDS)
+    async with EmulatedCluster(kinds=kinds, **rbac) as cluster:
         yield cluster
 
 

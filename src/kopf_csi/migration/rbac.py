@@ -28,6 +28,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     {"apiGroups": [""], "resources": ["persistentvolumeclaims/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
     {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes"],
      "verbs": ["list", "watch"]},

@@ -1,8 +1,10 @@
 """RBAC for the emulated API server: who sent a request, and whether the roles allow it.
 
 Authentication: a bearer token from ``login()`` names its user; a request without a token is
-``system:anonymous`` in ``system:unauthenticated`` (the API server's default); an unknown token
-is answered 401. Authorization follows the API server's RBAC authorizer:
+``system:anonymous`` in ``system:unauthenticated`` (the API server's default), or the
+``unauthenticated`` user given (the testing kit's: ``ADMIN``, as the API server's old insecure
+port served plain HTTP unauthenticated as an admin; kubectl sends no token over plain HTTP); an
+unknown token is answered 401. Authorization follows the API server's RBAC authorizer:
 
 - ClusterRoleBindings are consulted first, then the RoleBindings of the request's namespace;
   the first rule that allows the request decides, and is credited in ``uses``.
@@ -16,12 +18,13 @@ is answered 401. Authorization follows the API server's RBAC authorizer:
 - Subjects: a User by name, a Group the user is in, a ServiceAccount by name and namespace (the
   binding's own if it names none). A binding to a role that does not exist grants nothing.
 - The bootstrap roles every cluster grants to authenticated users are always there
-  (``system:discovery``, ``system:public-info-viewer``, ``system:basic-user``).
+  (``system:discovery``, ``system:public-info-viewer``, ``system:basic-user``), and
+  ``cluster-admin`` for the group ``system:masters`` (``ADMIN``, kind's and kubeadm's admin).
 
 A refusal is the API server's 403 ``Status`` (reason Forbidden, the message naming the user, the
 verb, ``resource[/subresource]``, the API group and the scope; ``details`` with the group, the
-resource as ``kind`` and the name), and is kept in ``denials`` so that a test fails on it even
-when the client swallowed the error.
+resource as ``kind`` and the name), and is kept in ``denials`` (and who asked what, in
+``refused``) so that a test fails on it even when the client swallowed the error.
 
 What does not belong here: serving (``emulator``), and the classification of a request into
 RBAC's terms (``requestlog``).
@@ -40,6 +43,7 @@ from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.requestlog import Access, classify_named
 
 __all__ = [
+    "ADMIN",
     "ANONYMOUS",
     "AUTHENTICATED",
     "Authorizer",
@@ -56,6 +60,7 @@ __all__ = [
 Body = dict[str, Any]
 AUTHENTICATED = "system:authenticated"
 UNAUTHENTICATED = "system:unauthenticated"
+MASTERS = "system:masters"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +70,8 @@ class User:
 
 
 ANONYMOUS = User("system:anonymous", frozenset({UNAUTHENTICATED}))
+ADMIN = User("kubernetes-admin", frozenset({MASTERS, AUTHENTICATED}))
+"""The user of kind's and kubeadm's admin kubeconfig: `cluster-admin`, through its group."""
 
 
 def service_account(namespace: str, name: str) -> User:
@@ -224,6 +231,9 @@ _BOOTSTRAP: tuple[tuple[str, tuple[str, ...], list[Body]], ...] = (
        "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
       {"apiGroups": ["authentication.k8s.io"], "verbs": ["create"],
        "resources": ["selfsubjectreviews"]}]),
+    ("cluster-admin", (MASTERS,),
+     [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+      {"nonResourceURLs": ["*"], "verbs": ["*"]}]),
 )  # fmt: skip
 
 
@@ -280,13 +290,17 @@ UNAUTHORIZED = _status(401, "Unauthorized", "Unauthorized")
 class Authorizer:
     """Authenticates and authorizes the emulator's HTTP requests against RBAC objects."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+    def __init__(
+        self, objects: Iterable[Mapping[str, Any]] = (), *, unauthenticated: User = ANONYMOUS
+    ) -> None:
         self.grants = grants(objects)  # the given objects' bindings; the bootstrap ones apart
+        self.unauthenticated = unauthenticated  # who a request without credentials is
         self._bootstrap = grants(bootstrap_objects())
         self._tokens: dict[str, User] = {}
         self.uses: collections.Counter[tuple[str, Access | str]] = collections.Counter()
         """Allowed requests per deciding binding: its label, and the access (or the path)."""
         self.denials: list[str] = []  # the messages of every 403 answered
+        self.refused: list[tuple[User, Request]] = []  # and who asked for what, in order
 
     def login(self, user: User) -> str:
         """A bearer token for `user` (put it in a kubeconfig)."""
@@ -297,7 +311,7 @@ class Authorizer:
     def authenticate(self, authorization: str | None) -> User | None:
         """The user behind an ``Authorization`` header; None for a token nobody issued."""
         if not authorization:
-            return ANONYMOUS
+            return self.unauthenticated
         scheme, _, token = authorization.partition(" ")
         return self._tokens.get(token.strip()) if scheme.lower() == "bearer" else None
 
@@ -329,6 +343,7 @@ class Authorizer:
         if grant is None:
             refusal = forbidden(user, request)
             self.denials.append(refusal["message"])
+            self.refused.append((user, request))
             return refusal
         self.uses[grant.binding, request.access or request.path] += 1
         return None

@@ -4,7 +4,8 @@ Installing kopf-csi registers this plugin (the `pytest11` entry point `kopf_csi`
 fixtures are there in any test suite, with nothing to import. Everything is real: an emulated
 Kubernetes API over local HTTP, the reference CSI driver on a unix socket, kopf in a thread.
 
-- `cluster`: the emulated Kubernetes API (`EmulatedCluster`); `kubeconfig`: a file for it;
+- `cluster`: the emulated Kubernetes API (`EmulatedCluster`); `kubeconfig`: the test's own
+  file for it (cluster-admin), `operator_kubeconfig`: the operator's (below);
 - `kcm`: the kube-controller-manager stand-in (binds claims, releases volumes, attaches);
 - `snapshot_controller`: the snapshot-controller stand-in (makes the contents of
   VolumeSnapshots and VolumeGroupSnapshots, and binds them), for tests with snapshots;
@@ -31,13 +32,16 @@ Override `handler_modules` to add yours to the defaults, and `settings` to chang
     def handler_modules():
         return DEFAULT_MODULES + ("myproject.handlers.quota",)
 
-With `kit_rbac` (a test marked `@pytest.mark.kit_rbac`, or the `kit_rbac` fixture overridden
-to return True), the emulated API authorizes the operator as in a cluster: as the Deployment's
-ServiceAccount (`kopf-csi` in namespace `kopf-csi`, the operator's namespace then), with the
-shipped RBAC plus the roles its non-default modules declare (`api.rbac.declare`). A request
-neither grants is refused with the API server's 403, and the test fails, quoting it. The
-test's own `cluster.create(...)` calls are not requests: they are never refused; `kubeconfig`
-then holds the ServiceAccount's token (a client of the test's made with it is the operator).
+The emulated API authorizes the operator as a cluster does (`kit_rbac`, on by default): as
+the Deployment's ServiceAccount (`kopf-csi` in namespace `kopf-csi`, the operator's namespace
+then), with the shipped RBAC plus the roles its non-default modules declare
+(`api.rbac.declare`). A request of the operator's neither grants is refused with the API
+server's 403, and the test fails, quoting it and the declaration that would grant it. Two
+kubeconfigs: `operator_kubeconfig` is the operator's (its ServiceAccount's token; `settings`
+use it), `kubeconfig` the test's own, cluster-admin's as kind's is (for kubectl, explain, a
+client of the test's). The test's own `cluster.create(...)` calls are never refused. A test
+that needs an all-powerful operator says so, and why: `@pytest.mark.kit_rbac(False)`, or the
+`kit_rbac` fixture overridden to return False.
 
 `until()` waits for a condition (the end-to-end tests' only way to wait), and `seed_node()`
 registers a Node and its CSINode as kubelet and the node-driver-registrar would. Tests marked
@@ -147,8 +151,8 @@ _BETWEEN: list[str] = []  # collected between tests: the session's failure
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kind: needs Docker and the kind binary; skipped if absent")
     config.addinivalue_line(
-        "markers", "kit_rbac: the operator runs as its ServiceAccount under the shipped RBAC"
-        " and its modules' declared rules (403 for anything else)",
+        "markers", "kit_rbac(on=True): whether the operator runs as its ServiceAccount under the"
+        " shipped RBAC and its modules' declared rules (403 for anything else); on by default",
     )  # fmt: skip
     _LOST.install()
 
@@ -235,9 +239,12 @@ def cluster_nodes() -> tuple[str, ...]:
 
 @pytest.fixture
 def kit_rbac(request: pytest.FixtureRequest) -> bool:
-    """Whether the operator runs under the shipped and declared RBAC: the test's `kit_rbac`
-    marker; override this fixture (return True) for a whole module or suite."""
-    return request.node.get_closest_marker("kit_rbac") is not None
+    """Whether the operator runs under the shipped and declared RBAC: yes, unless the test is
+    marked `kit_rbac(False)`; override this fixture (return False) for a whole module."""
+    marker = request.node.get_closest_marker("kit_rbac")
+    if marker is None:
+        return True
+    return bool(marker.args[0]) if marker.args else bool(marker.kwargs.get("on", True))
 
 
 @_async_fixture
@@ -246,29 +253,53 @@ async def cluster(
 ) -> AsyncIterator[EmulatedCluster]:
     try:
         from kopf_csi.testing.emulator import EmulatedCluster
-        from kopf_csi.testing.permissions import authorizer_for, refusals
+        from kopf_csi.testing.permissions import cluster_arguments
     except ImportError as exc:  # kmock, aiohttp's server, yaml
         pytest.fail(f"{MISSING.format(exc.name)} ({exc})", pytrace=False)
-    authorizer = authorizer_for(handler_modules) if kit_rbac else None
-    namespaces = ("default", "kube-system", *((rbac.NAMESPACE,) if kit_rbac else ()))
-    async with EmulatedCluster(namespaces=namespaces, authorizer=authorizer) as cluster:
+    arguments = cluster_arguments(kit_rbac=kit_rbac, handler_modules=handler_modules)
+    async with EmulatedCluster(**arguments) as cluster:
         for node in cluster_nodes:
             seed_node(cluster, node)
         yield cluster
-    if authorizer is not None and authorizer.denials:
-        pytest.fail(refusals(authorizer.denials, handler_modules), pytrace=False)
 
 
 @pytest.fixture
 def kubeconfig(cluster: EmulatedCluster, tmp_path: pathlib.Path) -> pathlib.Path:
-    """A kubeconfig for `cluster`; under `kit_rbac`, with the operator's ServiceAccount token."""
+    """The test's own kubeconfig for `cluster`: cluster-admin's, as kind's is (kubectl,
+    explain, the test's clients): without credentials, which the kit's cluster serves as
+    cluster-admin. Not the operator's: that is `operator_kubeconfig`."""
+    return cluster.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def operator_kubeconfig(
+    cluster: EmulatedCluster,
+    tmp_path: pathlib.Path,
+    kit_rbac: bool,
+    handler_modules: tuple[str, ...],
+) -> Generator[pathlib.Path, None, None]:
+    """The operator's kubeconfig (`settings` use it): under `kit_rbac`, its ServiceAccount's
+    token. A request the cluster refused fails the test at the end, even one the operator
+    shrugged off, quoting the 403s and the declarations that would grant them."""
     authorizer = cluster.authorizer
+    if not kit_rbac:
+        yield cluster.write_kubeconfig(tmp_path / "operator-kubeconfig")
+        return
     if authorizer is None:
-        return cluster.write_kubeconfig(tmp_path / "kubeconfig")
-    from kopf_csi.testing.permissions import OPERATOR
+        pytest.fail(NO_AUTHORIZER, pytrace=False)
+    from kopf_csi.testing.permissions import OPERATOR, refusals
 
     token = authorizer.login(OPERATOR)
-    return cluster.write_kubeconfig(tmp_path / "kubeconfig", token=token)
+    yield cluster.write_kubeconfig(tmp_path / "operator-kubeconfig", token=token)
+    if authorizer.denials:
+        pytest.fail(refusals(authorizer, handler_modules), pytrace=False)
+
+
+NO_AUTHORIZER = (
+    "kit_rbac is on (the default), but this test's `cluster` authorizes nothing: build it with"
+    " `EmulatedCluster(..., **permissions.cluster_arguments(kit_rbac=kit_rbac,"
+    " handler_modules=handler_modules))`, or mark the test `kit_rbac(False)`, saying why"
+)
 
 
 @_async_fixture
@@ -324,18 +355,37 @@ def handler_modules() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def settings(kubeconfig: pathlib.Path, socket_path: pathlib.Path, kit_rbac: bool) -> Settings:
+def settings(
+    operator_kubeconfig: pathlib.Path, socket_path: pathlib.Path, kit_rbac: bool
+) -> Settings:
     """Under `kit_rbac`, the operator's namespace is its ServiceAccount's, where its Role is."""
     namespace = rbac.NAMESPACE if kit_rbac else KubeSettings.namespace
     return Settings(
         csi=CSISettings(address=f"unix://{socket_path}", timeout=5.0, connect_timeout=10.0),
-        kube=KubeSettings(kubeconfig=kubeconfig, namespace=namespace),
+        kube=KubeSettings(kubeconfig=operator_kubeconfig, namespace=namespace),
     )
 
 
 @_async_fixture
 async def operator(
-    settings: Settings, driver: Driver, handler_modules: tuple[str, ...]
+    settings: Settings,
+    driver: Driver,
+    handler_modules: tuple[str, ...],
+    kit_rbac: bool,
+    kubeconfig: pathlib.Path,
 ) -> AsyncIterator[OperatorThread]:
+    if kit_rbac and (
+        settings.kube.kubeconfig == kubeconfig or settings.kube.namespace != rbac.NAMESPACE
+    ):
+        pytest.fail(NOT_AS_DEPLOYED, pytrace=False)
     async with running_operator(settings=settings, modules=handler_modules) as operator:
         yield operator
+
+
+NOT_AS_DEPLOYED = (
+    "under kit_rbac (the default) the operator runs as its ServiceAccount, with"
+    f" `operator_kubeconfig`, in namespace {rbac.NAMESPACE!r} (where its Role is); this test's"
+    " `settings` give it `kubeconfig` (the test's, cluster-admin) or another namespace: build"
+    " them from the kit's `settings` (`dataclasses.replace`), or mark the test `kit_rbac(False)`,"
+    " saying why"
+)
