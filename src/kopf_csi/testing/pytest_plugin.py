@@ -339,3 +339,6 @@ async def operator(
 ) -> AsyncIterator[OperatorThread]:
     async with running_operator(settings=settings, modules=handler_modules) as operator:
         yield operator
+        # The test is over: a CSI call the driver holds (an injected hang) ends now, as the
+        # driver's stop would end it, not after the operator's grace (5 s) for work in flight.
+        driver.release_hangs()
