@@ -6,7 +6,9 @@ A full pass of the garbage collector over the start-up heap stopped the operator
 We test these aspects:
 - once every start-up handler has run, the objects alive then are frozen (none before);
 - a full collection then leaves them alone: it scans far fewer objects than are frozen;
-- at stop they are the collector's again.
+- at stop they are the collector's again;
+- a heap its process froze already (the kit's test process, an embedding application) is
+  left as it is: nothing more frozen at the start, nothing thawed at the stop.
 """
 
 from __future__ import annotations
@@ -32,3 +34,18 @@ async def test_the_startup_heap_is_frozen_while_the_operator_runs(
     finally:
         await operator.stop()
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_heap_the_process_froze_is_left_as_it_is(
+    cluster: EmulatedCluster, driver: Driver, settings: Settings
+) -> None:
+    gc.collect()
+    gc.freeze()  # as the kit's test process has it, or an application that embeds the operator
+    frozen = gc.get_freeze_count()
+    operator = OperatorThread(settings=settings)
+    await operator.start()
+    try:
+        assert gc.get_freeze_count() <= frozen  # nothing of the start frozen (some died)
+    finally:
+        await operator.stop()
+    assert gc.get_freeze_count() > frozen // 2  # still the process's, not thawed

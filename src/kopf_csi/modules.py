@@ -17,11 +17,16 @@ import pathlib
 import sys
 import traceback
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kopf
+if TYPE_CHECKING:
+    import kopf
 
-from kopf_csi import rbac, runtime
+    from kopf_csi import rbac
+
+# kopf, `rbac` and `runtime` (kopf again, aiohttp, kubernetes-asyncio) are imported by the
+# functions that load modules, not here: `kopf_csi.cli` imports this module for the list alone,
+# and `kopf-csi explain`, `docs` and `--help` would pay kopf's import (0.2-0.4 s) for nothing.
 
 __all__ = ["DEFAULT_MODULES", "ModuleLoadError", "declared_rbac", "failure", "is_path", "load"]
 
@@ -58,6 +63,10 @@ def load(modules: Iterable[str], *, registry: kopf.OperatorRegistry) -> None:
     start-up handler that tells the others when every start-up handler has run
     (`runtime.mark_started`: our own watches start then, as kopf's do).
     """
+    import kopf
+
+    from kopf_csi import rbac, runtime
+
     modules = tuple(modules)
     if not all(is_path(module) for module in modules):
         _importable_from_here()
@@ -94,6 +103,8 @@ def _watch_startup(registry: kopf.OperatorRegistry, module: str, *, known: set[i
     for index, handler in enumerate(handlers):
         if id(handler) in known or getattr(handler.activity, "value", None) != "startup":
             continue
+        from kopf_csi import runtime
+
         watched = runtime.watch_startup(handler.fn, module=module, handler=str(handler.id))
         handlers[index] = dataclasses.replace(handler, fn=watched)
 
@@ -117,6 +128,10 @@ def failure(exc: BaseException) -> dict[str, str]:
 def declared_rbac(modules: Iterable[str]) -> dict[str, tuple[rbac.Rule, ...]]:
     """The RBAC each of `modules` declares (`kopf-csi rbac`): loaded into a registry of their
     own, as `load` loads them, with the same errors."""
+    import kopf
+
+    from kopf_csi import rbac
+
     registry = kopf.OperatorRegistry()
     load(modules, registry=registry)
     return rbac.declared(registry)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -237,3 +238,26 @@ def test_the_default_modules_are_the_test_runners() -> None:
     assert operator.DEFAULT_MODULES is modules.DEFAULT_MODULES
     assert "kopf_csi_handlers.lifecycle" in modules.DEFAULT_MODULES
     assert not any(modules.is_path(name) for name in modules.DEFAULT_MODULES)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("docs", "--output", "{tmp}/configuration.md"),
+     ("explain", "pvc/default/x", "--kubeconfig", "{tmp}/missing")],
+    ids=["docs", "explain"],
+)  # fmt: skip
+def test_commands_that_run_no_operator_import_no_kopf(
+    tmp_path: pathlib.Path, argv: tuple[str, ...]
+) -> None:
+    """kopf is the operator's (0.2-0.4 s of imports): `kopf-csi explain`, run again and again
+    by someone finding out why a claim is stuck, and `docs` never import it. A fresh
+    interpreter's `-X importtime` lists every module the real command imported."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "kopf_csi",
+         *(arg.format(tmp=tmp_path) for arg in argv)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}  # fmt: skip
+    assert "kopf_csi.cli" in imported, done.stderr[-2000:]
+    assert not {name for name in imported if name == "kopf" or name.startswith("kopf.")}

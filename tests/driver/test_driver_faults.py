@@ -4,7 +4,8 @@ We test these aspects:
 - added latency delays the answer, per method;
 - an error for the next N calls, then normal answers; for a fraction of calls (seeded);
 - a hang lasts until the client's deadline, and the next call is served;
-- a hang without a deadline ends when the driver stops, without waiting for the grace period;
+- a hang without a deadline ends when the driver stops, without waiting for the grace period,
+  or when the hangs are released (a test's end), the driver serving on;
 - rules changed at runtime through the faults file, and through the in-process object;
 - every call is logged once with its method, code and duration.
 """
@@ -94,6 +95,21 @@ async def test_hang_without_deadline_ends_at_stop(start: Start, socket_path: pat
         assert err.value.status.value == Code.UNAVAILABLE
     finally:
         channel.close()
+
+
+async def test_released_hangs_end_now_and_the_driver_serves_on(
+    driver: Driver, controller: csi.ControllerStub, identity: csi.IdentityStub
+) -> None:
+    driver.faults.hang("CreateVolume")  # every call, for as long as the call's deadline
+    call = asyncio.ensure_future(create(controller, call_timeout=60.0))
+    await asyncio.sleep(0.1)
+    assert not call.done()
+    driver.release_hangs()
+    with raises(Code.UNAVAILABLE):
+        await asyncio.wait_for(call, 10)
+    with raises(Code.UNAVAILABLE):  # a hang after the release ends at once too
+        await asyncio.wait_for(create(controller, call_timeout=60.0), 10)
+    assert (await identity.probe(csi.ProbeRequest())).ready in (None, True)
 
 
 async def test_runtime_changes_through_the_file(

@@ -1,7 +1,8 @@
 """The kube-controller-manager stand-in: what the operator relies on KCM for.
 
 We test these aspects: the PV controller's provisioner annotations and ExternalProvisioning
-event (Immediate and WaitForFirstConsumer classes, with the scheduler's selected-node), the
+event (Immediate and WaitForFirstConsumer classes, with the scheduler's selected-node, selected
+again after kube-scheduler's back-off when the provisioner gives the node back), the
 default class, binding a claim to a pre-bound volume, Available and Released volumes, Lost
 claims, the attach/detach controller's VolumeAttachments (exact name, attachRequired), and the
 pvc- and pv-protection controllers (their finalizers go only when nothing uses the object,
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,7 @@ from kopf_csi.testing.kcm import (
     FINALIZER_PVC_PROTECTION,
     ControllerManager,
     attachment_name,
+    scheduler_backoff,
 )
 from kopf_csi.testing.latency import LatencyModel
 
@@ -148,6 +151,39 @@ async def test_wait_for_first_consumer_waits_for_the_selected_node(
     assert annotations(cluster, "data") == {SELECTED_NODE: "node-1", GA: DRIVER, BETA: DRIVER}
     await until(cluster, lambda: len(events(cluster, created)) == 3)
     assert events(cluster, created)[-1] == ("Normal", "ExternalProvisioning", EXTERNAL_PROVISIONING)
+
+
+def test_the_schedulers_backoff_doubles_from_1_s_up_to_10_s() -> None:
+    """kube-scheduler's defaults (podInitialBackoffSeconds 1, podMaxBackoffSeconds 10)."""
+    assert [scheduler_backoff(failures) for failures in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+    assert [scheduler_backoff(failures, (0.25, 0.6)) for failures in (1, 2, 3)] == [
+        0.25, 0.5, 0.6,
+    ]  # fmt: skip
+
+
+async def test_a_node_given_back_is_selected_again_after_the_schedulers_backoff() -> None:
+    """The provisioner's reschedule removes selected-node: a failed attempt, which the
+    scheduler retries after its back-off (here 0.3 s, then 0.6 s: the maximum), never at once."""
+    async with (
+        EmulatedCluster() as cluster,
+        ControllerManager(cluster, scheduler_backoff=(0.3, 0.6)),
+    ):
+        storage_class(cluster, "local", volumeBindingMode="WaitForFirstConsumer")
+        claim(cluster, "data", storageClassName="local")
+        pod(cluster, "app", "data", node="node-1")
+        loop = asyncio.get_running_loop()
+        selected_at: list[float] = []
+        async with asyncio.timeout(20):
+            with cluster.subscribe(PVCS) as feed:
+                while len(selected_at) < 4:
+                    if SELECTED_NODE in annotations(cluster, "data"):
+                        selected_at.append(loop.time())
+                        give_back = {"metadata": {"annotations": {SELECTED_NODE: None}}}
+                        cluster.patch(PVCS, "default", "data", give_back)  # the reschedule
+                    await feed.batch()
+        waits = [later - earlier for earlier, later in itertools.pairwise(selected_at)]
+        assert waits[0] >= 0.3, waits
+        assert all(wait >= 0.6 for wait in waits[1:]), waits
 
 
 async def test_claims_without_a_class_get_the_default_one(cluster: EmulatedCluster) -> None:

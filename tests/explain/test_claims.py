@@ -106,14 +106,25 @@ async def test_the_served_provisioner_shows_its_live_lease(
     assert found.text.code == 1
 
 
+def _keep_the_selected_node(cluster: EmulatedCluster) -> None:
+    """The claim's writes fail (500), the provisioner's reschedule among them: its selected
+    node stays, and the claim is retried with the provisioner's backoff, not at once."""
+    cluster.faults.add(
+        500, verb="patch", resource="persistentvolumeclaims", name="data", times=None,
+        message="injected: the claim cannot be written",
+    )  # fmt: skip
+
+
 async def test_a_selected_node_without_csinode(
     cluster: EmulatedCluster, kcm: Any, operator: OperatorThread, explain: Any
 ) -> None:
     cluster.create("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bare"}})
     await make_storage_class(cluster, operator, binding="WaitForFirstConsumer")
     make_claim(cluster)
-    # The scheduler puts the pod on "bare"; the provisioner gives the node back (reschedule)
-    # and the scheduler selects it again: explain sees the selected node between the two.
+    # The scheduler puts the pod on "bare"; the provisioner gives the node back (reschedule),
+    # but its write to the claim fails: the selected node stays for explain to see. (Given
+    # back, a scheduler would select it again, after its back-off: a moment's window.)
+    _keep_the_selected_node(cluster)
     make_pod(cluster, "app", "data", node="bare")
     found = await until_explained(explain, CLAIM, "csinode-missing")
     assert found.json["summary"] == (
@@ -198,7 +209,8 @@ async def test_capacity_exhausted_on_the_topology(
     )  # fmt: skip
     await make_storage_class(cluster, operator, binding="WaitForFirstConsumer")
     make_claim(cluster, size="1Gi")
-    make_pod(cluster, "app", "data")  # on node-1: the driver reschedules, the scheduler insists
+    _keep_the_selected_node(cluster)  # the provisioner's reschedule fails: node-1 stays
+    make_pod(cluster, "app", "data")
     found = await until_explained(explain, CLAIM, "capacity-exhausted")
     assert found.json["summary"] == (
         "not enough capacity for class sc on node node-1: 1Mi, 1Gi requested"

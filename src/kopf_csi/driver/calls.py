@@ -32,7 +32,8 @@ class CallWrapper:
         self._stopping = asyncio.Event()
 
     def release_hangs(self) -> None:
-        """End hanging calls now (UNAVAILABLE) rather than at their deadline: we are stopping."""
+        """End hanging calls now (UNAVAILABLE) rather than at their deadline: we are stopping,
+        or the test that injected them is over (`Driver.release_hangs`)."""
         self._stopping.set()
 
     async def __call__(
@@ -66,8 +67,8 @@ class CallWrapper:
             await asyncio.sleep(plan.latency)
         if plan.hang:
             # Until the deadline: grpclib cancels the handler then. Without a deadline, until
-            # the driver stops, so that a stop never waits for a hang.
+            # the driver stops (or the hangs are released), so that a stop never waits for one.
             await self._stopping.wait()
-            raise DriverError(Code.UNAVAILABLE, "the driver stopped during an injected hang")
+            raise DriverError(Code.UNAVAILABLE, "an injected hang was released (a stop)")
         if plan.code is not None:
             raise DriverError(plan.code, plan.message)

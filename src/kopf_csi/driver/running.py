@@ -107,6 +107,13 @@ class Driver:
         self._backend = None
         logger.info("driver_stopped", socket=str(self.socket_path))
 
+    def release_hangs(self) -> None:
+        """End the calls an injected hang holds now (UNAVAILABLE), and every later hang at
+        once, as a stop does, while the driver keeps serving. For the end of a test: a held
+        call would otherwise keep the operator's stop waiting its grace for work in flight."""
+        if self._calls is not None:
+            self._calls.release_hangs()
+
     async def restart(self, *, grace: float = 5.0) -> None:
         """Stop and start again from the data directory, as a crashed-and-restarted pod would."""
         await self.stop(grace=grace)

@@ -21,7 +21,10 @@ What it mirrors, from kubernetes/kubernetes (read, not copied; see sidecars.md Â
   node) in use by a scheduled pod unless the CSIDriver says ``attachRequired: false``
   (a missing CSIDriver means attach is required); deleted once no pod needs it.
 - Scheduler (volume binding): a pod with ``spec.nodeName`` and an unbound WaitForFirstConsumer
-  claim gets ``volume.kubernetes.io/selected-node`` set on the claim.
+  claim gets ``volume.kubernetes.io/selected-node`` set on the claim. A node given back (the
+  provisioner's reschedule removes the annotation) is a failed scheduling attempt: the pod is
+  tried again after kube-scheduler's back-off, 1 s doubling up to 10 s per pod
+  (``podInitialBackoffSeconds``, ``podMaxBackoffSeconds``), not at once.
 
 - The pvc-protection and pv-protection controllers (pkg/controller/volume/pvcprotection,
   pvprotection): the finalizers the API server's StorageObjectInUseProtection admission puts
@@ -47,6 +50,8 @@ decides and writes, and what a change queues for which controller (`_observe`).
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import hashlib
 from collections.abc import Iterator
@@ -75,6 +80,29 @@ _EXTERNAL_PROVISIONING = (
     "the system administrator. If volume creation is delayed, please verify that the "
     "provisioner is running and correctly registered."
 )  # pv_controller.go provisionClaimOperationExternal, verbatim
+
+
+SCHEDULER_BACKOFF = (1.0, 10.0)
+"""kube-scheduler's back-off for a pod whose attempt failed, initial and maximum seconds
+(its configuration's ``podInitialBackoffSeconds``, ``podMaxBackoffSeconds`` defaults)."""
+
+
+def scheduler_backoff(failures: int, backoff: tuple[float, float] = SCHEDULER_BACKOFF) -> float:
+    """Seconds before a pod's next attempt after `failures` failed ones: the initial back-off,
+    doubled for each failure after the first, at most the maximum (the scheduling queue's
+    ``calculateBackoffDuration``)."""
+    initial, maximum = backoff
+    return min(initial * 2.0 ** max(failures - 1, 0), maximum)
+
+
+@dataclasses.dataclass
+class _Attempts:
+    """The scheduler's attempts for one pod: the claims it selected a node for last, how many
+    attempts failed (a node given back), and when it may try again (None: not waiting)."""
+
+    selected: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    failures: int = 0
+    retry_at: float | None = None
 
 
 def attachment_name(volume_handle: str, driver: str, node: str) -> str:
@@ -153,6 +181,7 @@ class ControllerManager(ControllerRunner):
         yield_every: int | None = None,  # objects per turn of the loop (None: a pass at once)
         kube_api_qps: float | None = None,  # each controller's client's limit (None: none)
         kube_api_burst: int = 30,  # (KCM's flags, 20 and 30 by default; with a model only)
+        scheduler_backoff: tuple[float, float] = SCHEDULER_BACKOFF,  # a node given back
     ) -> None:
         enabled = {
             "volumes": volumes, "attachments": attachments, "scheduler": scheduler,
@@ -173,6 +202,8 @@ class ControllerManager(ControllerRunner):
             send=self._send,
             resyncing=self._resyncing,
         )
+        self.scheduler_backoff = scheduler_backoff
+        self._attempts: dict[tuple[str, str], _Attempts] = {}  # the scheduler's, by pod
         self._attachments: set[str] = set()  # VA names this attach/detach controller created
         # claim key -> the volumes whose claimRef names it (in the order they did)
         self._claimed: dict[tuple[str, str], dict[tuple[str, str], None]] = {}
@@ -251,21 +282,40 @@ class ControllerManager(ControllerRunner):
     # --- Scheduler: selected-node --------------------------------------------------------
 
     async def _sync_scheduler(self) -> None:
-        for (namespace, _), pod in list(self._cache["pods"].items()):
+        pods = self._cache["pods"]
+        for gone in [key for key in self._attempts if key not in pods]:
+            del self._attempts[gone]
+        for pod_key, pod in list(pods.items()):
             node = _spec(pod).get("nodeName")
             if not node or not _pod_active(pod):
                 continue
-            for claim_name in _pod_claims(pod):
-                claim = self._claim(namespace, claim_name)
-                if (
-                    claim is None
-                    or _spec(claim).get("volumeName")
-                    or not self._delays_binding(claim)
-                ):
-                    continue
-                if ANN_SELECTED_NODE not in _annotations(claim):
+            unselected = [
+                claim
+                for claim_name in _pod_claims(pod)
+                if (claim := self._claim(pod_key[0], claim_name)) is not None
+                and not _spec(claim).get("volumeName")
+                and self._delays_binding(claim)
+                and ANN_SELECTED_NODE not in _annotations(claim)
+            ]
+            if unselected and self._may_try(pod_key, {_key(claim) for claim in unselected}):
+                for claim in unselected:
                     changes = {"metadata": {"annotations": {ANN_SELECTED_NODE: node}}}
                     await self._timed_update("persistentvolumeclaims", claim, changes)
+
+    def _may_try(self, pod: tuple[str, str], unselected: set[tuple[str, str]]) -> bool:
+        """Whether the scheduler selects nodes for the pod's `unselected` claims now. A claim
+        it selected a node for last time is unselected again: that attempt failed (the
+        provisioner gave the node back), and the pod waits out its back-off first."""
+        attempts = self._attempts.setdefault(pod, _Attempts())
+        now = asyncio.get_running_loop().time()
+        if attempts.retry_at is None and attempts.selected & unselected:
+            attempts.failures += 1
+            attempts.retry_at = now + scheduler_backoff(attempts.failures, self.scheduler_backoff)
+            self._wake_at(attempts.retry_at)
+        if attempts.retry_at is not None and now < attempts.retry_at:
+            return False
+        attempts.selected, attempts.retry_at = unselected, None
+        return True
 
     # --- PV controller -------------------------------------------------------------------
 

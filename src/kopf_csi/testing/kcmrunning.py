@@ -202,6 +202,8 @@ class ControllerRunner(StandIn):
         self._lanes: dict[str, _Lane] = {}
         self._operations: dict[str, asyncio.Task[None]] = {}
         self._sent = itertools.count()
+        self._wakeups: set[asyncio.TimerHandle] = set()
+        self._woken: set[asyncio.Task[None]] = set()
 
     # --- The controllers (the subclass's) --------------------------------------------------
 
@@ -261,7 +263,9 @@ class ControllerRunner(StandIn):
         finally:
             if resync is not None:
                 resync.cancel()
-            tasks = [*workers, *self._operations.values()]  # writes not landed yet: dropped
+            for handle in self._wakeups:
+                handle.cancel()
+            tasks = [*workers, *self._operations.values(), *self._woken]  # not landed: dropped
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -281,6 +285,23 @@ class ControllerRunner(StandIn):
             self._dispatch()
         else:
             await self._pass()
+
+    def _wake_at(self, when: float) -> None:
+        """Look again at `when` (the loop's time), with nothing changed meanwhile: a requeue
+        after a back-off (a workqueue's ``AddAfter``, the scheduler's back-off queue)."""
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            self._wakeups.discard(handle)
+            if self.timed:
+                self._dispatch()
+                return
+            task = loop.create_task(self._pass(), name=f"{self.task_name}-wake")
+            self._woken.add(task)
+            task.add_done_callback(self._woken.discard)
+
+        handle = loop.call_at(when, wake)
+        self._wakeups.add(handle)
 
     async def _pass(self) -> None:
         async with self._lock:
