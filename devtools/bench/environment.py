@@ -76,7 +76,11 @@ class Options:
     profile: pathlib.Path | None = None
     """cProfile the operator process into this file."""
     tracemalloc: int = 0
-    """Scale mode: trace the operator's allocations (frames kept) and report the top sites."""
+    """Trace the operator's allocations (frames kept): scale mode reports the top sites, churn
+    mode's `memory_every` looks compare them by traceback."""
+    memory_every: float = 0.0
+    """Churn mode: ask the operator what grew every this many seconds (`devtools.bench.growth`;
+    0: never)."""
     log_level: str = "INFO"
     """The operator's log level: `kopf-csi run`'s default, as deployed."""
     write_latency: float = 0.0
