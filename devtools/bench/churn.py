@@ -180,10 +180,13 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
             async with progress.showing(status):
                 await asyncio.gather(*(one(index) for index in range(n)))
                 steady_end = time.perf_counter()
+                if looking is not None:  # its CPU would keep the operator from settling
+                    stop_looking.set()
+                    await looking
                 stuck = await _wait_deleted(env, uids, timeout)
         finally:
             sampling.cancel()
-            if looking is not None:
+            if looking is not None and not looking.done():
                 stop_looking.set()
                 await looking
         gone = [i for i in range(n) if uids[i] in timeline.volume_deleted]
