@@ -109,7 +109,7 @@ def last_event(uid: str) -> LastEvent | None:
 @dataclasses.dataclass
 class _Queued:
     key: tuple[str, str, str, str]  # (uid, type, reason, message)
-    body: dict[str, Any]
+    body: dict[str, Any] | None  # None: forget the object, once its events before are sent
 
 
 @dataclasses.dataclass
@@ -130,6 +130,11 @@ def event_name(object_name: str) -> str:
     global _last_nanoseconds
     _last_nanoseconds = max(time.time_ns(), _last_nanoseconds + 1)
     return f"{object_name}.{_last_nanoseconds:x}"
+
+
+def _shard(uid: str) -> int:
+    """The sender of an object's events: always the same one, so they stay in order."""
+    return hash(uid) % SENDERS
 
 
 def _now() -> str:
@@ -164,8 +169,18 @@ class Recorder:
         return all(s is None or s.get_loop() is loop for s in self._senders)
 
     def forget(self, uid: str) -> None:
-        """Drop what is remembered of the object `uid` (it is gone; see `forget`)."""
+        """Drop what is remembered of the object `uid` (it is gone; see `forget`): at once, or
+        when its sender is busy, after the events queued before (its sender takes the object's
+        events in order), so that an event still on its way is not remembered again."""
         self._last.pop(uid, None)
+        shard = _shard(uid)
+        sender = self._senders[shard]
+        if sender is not None and not sender.done():
+            self._queues[shard].append(_Queued(key=(uid, "", "", ""), body=None))
+        else:
+            self._drop_object(uid)
+
+    def _drop_object(self, uid: str) -> None:
         self._posted_count -= len(self._posted.pop(uid, {}))
 
     @property
@@ -192,7 +207,7 @@ class Recorder:
             if len(self._last) >= MAX_REMEMBERED:
                 self._last.pop(next(iter(self._last)))
             self._last[uid] = LastEvent(type_, reason, message, time.monotonic())
-        shard = hash(uid) % SENDERS  # one object, one sender: its events stay in order
+        shard = _shard(uid)
         self._queues[shard].append(_Queued(key=(uid, type_, reason, message), body=body))
         sender = self._senders[shard]
         if sender is None or sender.done():
@@ -218,6 +233,9 @@ class Recorder:
         queue = self._queues[shard]
         while queue:
             queued = queue.popleft()
+            if queued.body is None:
+                self._drop_object(queued.key[0])
+                continue
             try:
                 await self._send(queued)
             except Exception:  # a bug here must not strand the events queued behind this one
@@ -243,6 +261,7 @@ class Recorder:
 
     async def _send_once(self, queued: _Queued) -> None:
         key, body = queued.key, queued.body
+        assert body is not None  # `_send_queued` took the forgetting marker
         now = time.monotonic()
         seen = self._posted.get(key[0], {}).get(key[1:])
         try:
