@@ -192,7 +192,11 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
         gone = [i for i in range(n) if uids[i] in timeline.volume_deleted]
         last = max(timeline.volume_deleted[uids[i]] for i in gone)
         figures = phase_figures(env, n, mark, latencies={})
-        to_volume = [timeline.volume_created[uids[i]] - posted[i] for i in range(n)]
+        to_volume = [
+            timeline.volume_created[uids[i]] - posted[i]
+            for i in range(n)
+            if uids[i] in timeline.volume_created  # a stuck claim may have none
+        ]
         to_gone = [timeline.volume_deleted[uids[i]] - deleting[i] for i in gone]
         to_bound = [
             timeline.bound[uids[i]] - posted[i] for i in range(n) if uids[i] in timeline.bound
