@@ -57,10 +57,11 @@ CLOSED_STREAMS_REMEMBERED = 1024
 h2 keeps the id and the closing of every stream it closed, up to 65,536 of them (about 115
 bytes each, 7.5 MiB in all), to tell a late frame on a stream it reset (answered with a
 RST_STREAM) from a protocol error. The connection to the driver lives as long as the operator
-and opens a stream per call, so that memory grew with every CSI call for hours: 3.4 MiB over a
-10-minute churn of 12,000 claims, a third of the operator's growth (docs/benchmarks.md, "RSS
-over 10 minutes"). Frames after a reset arrive within the socket's round trip, while a few
-streams close, not thousands; Go's HTTP/2 client remembers no closed stream at all."""
+and opens a stream per call, so that memory grew with every CSI call for hours (about 2.5
+calls a claim: some 3 MiB over a 10-minute churn of 12,000 claims, and still growing;
+docs/benchmarks.md, "RSS over 10 minutes"). Frames after a reset arrive within the socket's
+round trip, while a few streams close, not thousands; Go's HTTP/2 client remembers no closed
+stream at all. (h2 comes with grpclib, which makes the connection; this is its one knob.)"""
 
 # Failures below gRPC: the socket is missing, refused, or the connection died mid-call.
 CONNECTION_ERRORS = (ConnectionError, FileNotFoundError, StreamTerminatedError, ProtocolError)
