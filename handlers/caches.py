@@ -27,7 +27,7 @@ from typing import Any
 
 import kopf
 
-from kopf_csi import kube, on, runtime
+from kopf_csi import events, kube, on, runtime
 from kopf_csi.caches import object_key
 from kopf_csi.informers import Informer
 from kopf_csi.streams import Streams
@@ -63,6 +63,7 @@ async def attachments(memo: kopf.Memo, event: kopf.RawEvent) -> None:
     _apply(memo, "attachments", event)
     deleted = event.get("type") == "DELETED"
     await runtime.notify(memo, kube.VOLUME_ATTACHMENTS, event["object"], deleted=deleted)
+    _forget_if(deleted, event["object"])
 
 
 async def volumes(memo: kopf.Memo, event: kopf.RawEvent) -> None:
@@ -74,6 +75,7 @@ async def volumes(memo: kopf.Memo, event: kopf.RawEvent) -> None:
     await runtime.notify(memo, kube.VOLUMES, event["object"], deleted=deleted)
     if (streams := getattr(memo, "streams", None)) is not None:  # `kopf_csi.on` handlers
         streams.volume(event["type"], event["object"])
+    _forget_if(deleted, event["object"])
 
 
 async def claims(memo: kopf.Memo, event: kopf.RawEvent) -> None:
@@ -84,6 +86,15 @@ async def claims(memo: kopf.Memo, event: kopf.RawEvent) -> None:
     await runtime.notify(memo, kube.CLAIMS, obj, deleted=deleted)
     if (streams := getattr(memo, "streams", None)) is not None:  # `kopf_csi.on` handlers
         streams.claim(event["type"], obj)
+    _forget_if(deleted, obj)
+
+
+def _forget_if(deleted: bool, obj: Any) -> None:
+    """A deleted object's uid never comes back: the event recorders drop what they kept of
+    it (otherwise only their cap would, thousands of dead objects later)."""
+    uid = (obj.get("metadata") or {}).get("uid") if deleted else None
+    if uid:
+        events.forget(str(uid))
 
 
 def _cached(memo: kopf.Memo, cache_name: str, obj: Any) -> Any:

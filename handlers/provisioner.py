@@ -303,6 +303,8 @@ def _claim_changed(memo: kopf.Memo, served: Served) -> runtime.Listener:
             if deleted:
                 _watch_snapshot_source(served, claim)
                 provisioner.reservations.release(claim["metadata"].get("uid", ""))
+        if deleted:
+            provisioner.claim_deleted(key, claim)
         if bound:
             return  # nothing to provision (the Go library's first check, done before queueing)
         served.claims.add(key)

@@ -7,12 +7,15 @@ We test these aspects:
 - an API that refuses events is logged, never raised, and the next post works again;
 - `post` does not wait for the API: events go out in the background, one at a time, in the
   order they were posted, and `flush_all` posts what is queued (before the API closes);
-- beyond `MAX_QUEUED` waiting events, more are dropped with a warning, not held in memory.
+- beyond `MAX_QUEUED` waiting events, more are dropped with a warning, not held in memory;
+- what a recorder remembers of an object goes with the object (`forget`), and is capped
+  (`MAX_REMEMBERED`) otherwise, its oldest objects' entries first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import pathlib
 import time
 from typing import Any
@@ -206,3 +209,79 @@ async def test_a_flush_that_times_out_gives_up_once_and_stops_the_senders(
         assert recorder.queued == 0
         assert all(s is None or s.done() for s in recorder._senders)
     assert cluster.objects("events", namespace="default") == []
+
+
+def _claim(n: int) -> dict[str, Any]:
+    return {**CLAIM, "metadata": {**CLAIM["metadata"], "name": f"c{n}", "uid": f"u-{n}"}}
+
+
+async def test_a_deleted_objects_entries_are_forgotten(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    """After an object's whole life (its events posted, then its DELETED event), no recorder
+    keeps anything of it; the others' entries stay, and still aggregate their repeats."""
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        other = events.Recorder(api, component="other")
+        for claim in (_claim(1), _claim(2)):
+            await recorder.post(claim, type_=events.NORMAL, reason="Provisioning", message="m")
+            await recorder.post(claim, type_=events.NORMAL, reason="Succeeded", message="m")
+        await other.post(_claim(1), type_=events.WARNING, reason="Other", message="m")
+        await events.flush_all(timeout=10)
+        assert (recorder.remembered, other.remembered) == (2 * 2 + 2, 1 + 1)
+
+        events.forget("u-1")
+
+        assert (recorder.remembered, other.remembered) == (2 + 1, 0)
+        assert events.last_event("u-1") is None
+        assert events.last_event("u-2") is not None
+        await recorder.post(_claim(2), type_=events.NORMAL, reason="Succeeded", message="m")
+        await recorder.flush()
+    counts = {
+        (e["involvedObject"]["uid"], e["reason"]): e["count"]
+        for e in cluster.objects("events", namespace="default")
+    }
+    assert counts[("u-2", "Succeeded")] == 2
+
+
+async def test_what_is_remembered_is_capped_oldest_object_first(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Objects never deleted (or whose DELETED event was missed) cost at most the cap."""
+    monkeypatch.setattr(events, "MAX_REMEMBERED", 4)
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        for n in range(10):
+            for reason in ("A", "B"):
+                await recorder.post(_claim(n), type_=events.NORMAL, reason=reason, message="m")
+            await recorder.flush()
+        assert recorder.remembered == 4 + 4  # aggregation entries, newest events
+        assert set(recorder._posted) == {"u-8", "u-9"}
+        await recorder.post(_claim(9), type_=events.NORMAL, reason="A", message="m")
+        await recorder.post(_claim(0), type_=events.NORMAL, reason="A", message="m")
+        await recorder.flush()
+    counts = collections.Counter(
+        (e["involvedObject"]["uid"], e["reason"])
+        for e in cluster.objects("events", namespace="default")
+    )
+    assert counts[("u-9", "A")] == 1  # still aggregated: one event, its count bumped
+    assert counts[("u-0", "A")] == 2  # forgotten for the cap: a new event
+
+
+async def test_an_object_deleted_while_its_event_is_on_its_way_is_forgotten_after_it(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    """The DELETED event can come before the recorder has posted the object's last events:
+    they are still posted, and then nothing of the object stays."""
+    cluster.write_latency = 0.2  # the POSTs are on their way when the object goes
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        for reason in ("Provisioning", "ProvisioningSucceeded"):
+            await recorder.post(_claim(1), type_=events.NORMAL, reason=reason, message="m")
+        await asyncio.sleep(0)  # the sender has taken the first
+        events.forget("u-1")
+        await recorder.flush()
+        assert recorder.remembered == 0
+    assert {e["reason"] for e in cluster.objects("events", namespace="default")} == {
+        "Provisioning", "ProvisioningSucceeded",
+    }  # fmt: skip

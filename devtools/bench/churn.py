@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import math
 import os
@@ -132,6 +133,15 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
                 samples.append((time.perf_counter(), sample.cpu, sample.rss))
                 await asyncio.sleep(1.0)
 
+        growth: list[dict[str, Any]] = []
+        stop_looking = asyncio.Event()
+
+        async def looker() -> None:  # `--memory-every`: what grew in the operator
+            while not stop_looking.is_set():  # never cancelled mid-answer: the pipe stays in step
+                growth.append(await env.operator.growth())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop_looking.wait(), options.memory_every)
+
         async def timed(method: str, plural: str, name: str | None, act: Any) -> Any:
             path = ObjectPath(plural, NAMESPACE, name)
             async with latency.request(method, path, watch=False):
@@ -165,22 +175,29 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
             ),
         )  # fmt: skip
         sampling = asyncio.create_task(sampler())
+        looking = asyncio.create_task(looker()) if options.memory_every > 0 else None
         try:
             async with progress.showing(status):
                 await asyncio.gather(*(one(index) for index in range(n)))
                 steady_end = time.perf_counter()
-                await wait_until(
-                    lambda: all(u in timeline.volume_deleted for u in uids.values()),
-                    timeout,
-                    f"{n} volumes to be deleted",
-                )
-                await env.settle()
+                if looking is not None:  # its CPU would keep the operator from settling
+                    stop_looking.set()
+                    await looking
+                stuck = await _wait_deleted(env, uids, timeout)
         finally:
             sampling.cancel()
-        last = max(timeline.volume_deleted[u] for u in uids.values())
+            if looking is not None and not looking.done():
+                stop_looking.set()
+                await looking
+        gone = [i for i in range(n) if uids[i] in timeline.volume_deleted]
+        last = max(timeline.volume_deleted[uids[i]] for i in gone)
         figures = phase_figures(env, n, mark, latencies={})
-        to_volume = [timeline.volume_created[uids[i]] - posted[i] for i in range(n)]
-        to_gone = [timeline.volume_deleted[uids[i]] - deleting[i] for i in range(n)]
+        to_volume = [
+            timeline.volume_created[uids[i]] - posted[i]
+            for i in range(n)
+            if uids[i] in timeline.volume_created  # a stuck claim may have none
+        ]
+        to_gone = [timeline.volume_deleted[uids[i]] - deleting[i] for i in gone]
         to_bound = [
             timeline.bound[uids[i]] - posted[i] for i in range(n) if uids[i] in timeline.bound
         ]
@@ -225,6 +242,7 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
             "cpu_ms_per_second": cpu_by_second,
             "rss_thirds_mib": rss,
             "rss_samples": len(samples),
+            "rss_mib_by_10s": [round(value / procfs.MiB, 1) for _, _, value in samples[::10]],
             "requests": figures["requests"],
             "writes": figures["writes"],
             "watch_events": figures["watch_events"],
@@ -242,10 +260,34 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
             "operator_events": dict(sorted(events.items())),
             "driver_volumes_left": len(env.driver.state.volumes),
             "pvs_left": timeline.volumes,
+            "stuck_claims": [f"churn-{index:05d}" for index in stuck],
             "bench_cpu_seconds": round(procfs.cpu_seconds(os.getpid()) - bench_cpu, 2),
         }
+        if growth:
+            growth.append(await env.operator.growth())  # settled: all claims gone
+            result["growth"] = growth
         result["targets"] = _targets(result, lab=(rate, lifetime, duration) == (20, 30, 90))
     return result
+
+
+async def _wait_deleted(env: Any, uids: dict[int, str], timeout: float) -> list[int]:
+    """Until every claim's PV is gone and the operator has settled; the claims whose PV is
+    still there after `timeout` (stuck: reported with the run's figures, which stay good for
+    the steady window, instead of losing a long run to one volume)."""
+    timeline = env.cluster.timeline
+    try:
+        await wait_until(
+            lambda: all(u in timeline.volume_deleted for u in uids.values()),
+            timeout,
+            f"{len(uids)} volumes to be deleted",
+        )
+    except BenchError:
+        stuck = [i for i, uid in sorted(uids.items()) if uid not in timeline.volume_deleted]
+        if len(stuck) == len(uids):
+            raise
+        return stuck
+    await env.settle()
+    return []
 
 
 def _targets(result: dict[str, Any], *, lab: bool) -> list[dict[str, Any]]:

@@ -50,6 +50,7 @@ CHUNK = 50  # objects created or deleted between two yields to the event loop
 KCM_RESYNC_PERIOD = 15.0  # seconds: KCM's --pvclaimbinder-sync-period default
 QUIET = 0.5  # seconds without an operator request, its queues empty: the operator is done
 IDLE_CPU = 0.03  # at most this much operator CPU (s) in the last second: it is idle
+TRACED_IDLE_CPU = 0.3  # the same, traced by tracemalloc (its lag probe alone costs more)
 Body = dict[str, Any]
 LATENCY_MODELS: dict[str, LatencyModel | None] = {"real": REAL_SERVER, "none": None}
 
@@ -76,7 +77,11 @@ class Options:
     profile: pathlib.Path | None = None
     """cProfile the operator process into this file."""
     tracemalloc: int = 0
-    """Scale mode: trace the operator's allocations (frames kept) and report the top sites."""
+    """Trace the operator's allocations (frames kept): scale mode reports the top sites, churn
+    mode's `memory_every` looks compare them by traceback."""
+    memory_every: float = 0.0
+    """Churn mode: ask the operator what grew every this many seconds (`devtools.bench.growth`;
+    0: never)."""
     log_level: str = "INFO"
     """The operator's log level: `kopf-csi run`'s default, as deployed."""
     write_latency: float = 0.0
@@ -158,6 +163,8 @@ class Env:
     bench_cpu_before: float = 0.0
     errors_before: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     modules: list[str] = dataclasses.field(default_factory=list)
+    idle_cpu: float = IDLE_CPU
+    """The operator's CPU per second below which it counts as idle (`settle`)."""
 
     def sample(self) -> procfs.Sample:
         sample = self.operator.sample()
@@ -203,7 +210,7 @@ class Env:
             while len(cpu_samples) > 1 and cpu_samples[1][0] <= now - 1.0:
                 cpu_samples.popleft()
             oldest_time, oldest_cpu = cpu_samples[0]
-            cpu_idle = oldest_time <= now - 1.0 and cpu - oldest_cpu <= IDLE_CPU
+            cpu_idle = oldest_time <= now - 1.0 and cpu - oldest_cpu <= self.idle_cpu
             stats = await self.operator.stats()
             if not stats.get("alive", False):
                 raise BenchError(f"the operator stopped\n{self.operator.log_tail()}")
@@ -288,6 +295,8 @@ async def open_environment(
                 trace_requests=0 if options.churn else None,
             )
             env = Env(cluster, kcm, driver, operator, progress, timeout, socket_path)
+            if options.tracemalloc:
+                env.idle_cpu = TRACED_IDLE_CPU
             env.lag.start()
             try:
                 yield env

@@ -10,6 +10,7 @@ otherwise), and talks to its parent over stdin and stdout, one JSON line each wa
 - ``stats`` on stdin: it prints the cache sizes and the work queues' state;
 - ``gc``: a full garbage collection, and how many objects it freed and tracks;
 - ``memory`` (with ``--tracemalloc``): the top allocation sites of live memory;
+- ``growth``: what grew since the previous ``growth`` (`devtools.bench.growth`);
 - ``waits SINCE UNTIL`` (perf_counter seconds): where claims waited (`devtools.bench.waits`),
   the event loop's lag among them, and its worst lag per 100 ms between the two moments;
 - ``stop``, or the end of stdin (the parent is gone): it stops kopf and exits.
@@ -35,6 +36,7 @@ import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
+from devtools.bench.growth import Growth
 from devtools.bench.waits import TRACE_LIMIT, Waits
 from kopf_csi import logs
 from kopf_csi.queueing import WorkQueue
@@ -173,6 +175,7 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = operator._loop  # the operator's own loop, in its thread
     assert loop is not None
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
+    growth = Growth(loop)
     _say({"ready": True, "pid": os.getpid(), "modules": list(operator.modules)})
     try:
         while True:
@@ -186,6 +189,8 @@ async def _serve(args: argparse.Namespace) -> int:
                 _say({"collected": gc.collect(), "objects": len(gc.get_objects())})
             elif command == "memory":
                 _say(_memory())
+            elif command == "growth":
+                _say(growth.look())
             elif command.startswith("waits"):
                 since, until = (float(word) for word in command.split()[1:3])
                 _say(

@@ -120,6 +120,11 @@ class OperatorProcess:
         await self._send("memory")
         return await asyncio.wait_for(self._read(), 120.0)
 
+    async def growth(self) -> dict[str, Any]:
+        """What grew in the operator since the previous call (`devtools.bench.growth`)."""
+        await self._send("growth")
+        return await asyncio.wait_for(self._read(), 120.0)
+
     async def waits(self, since: float, until: float) -> dict[str, Any]:
         """Where claims waited inside the operator since `since` (`devtools.bench.waits`)."""
         await self._send(f"waits {since} {until}")

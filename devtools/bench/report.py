@@ -589,6 +589,27 @@ def _percentiles(figures: Mapping[str, Any]) -> str:
     )
 
 
+def _growth(looks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """`--memory-every`'s looks: the heap at each, and what grew most from the first to the
+    last but one (the last is after the run has settled)."""
+    if not looks:
+        return []
+    lines = ["  the operator's heap, look by look (`--memory-every`):"]
+    for look in looks:
+        lines.append(
+            f"    {look['at']:>6g} s: {look['objects']} objects, {look.get('tasks')} tasks, "
+            f"{look['py_blocks']} blocks, malloc used {look.get('malloc_used_kib')} / free "
+            f"{look.get('malloc_free_kib')} KiB"
+            + (f", traced {look['traced_kib']} KiB" if "traced_kib" in look else "")
+        )
+    for look in looks[1:]:
+        types = ", ".join(f"{name} +{n}" for name, n in look.get("types", [])[:6])
+        lines.append(f"    grown by {look['at']:g} s: {types or 'nothing'}")
+        for grown in look.get("grown", [])[:4]:
+            lines.append(f"      +{grown['kib']} KiB {grown['blocks']:+d}: {grown['where'][-1]}")
+    return lines
+
+
 def format_churn(report: Mapping[str, Any]) -> str:
     config, waits = report["config"], report.get("operator_waits") or {}
     go = LAB_CHURN["go"]
@@ -687,6 +708,13 @@ def format_churn(report: Mapping[str, Any]) -> str:
         f"  operator: RSS {_mib(report['operator']['rss_idle'])} idle after start, peak "
         f"{_mib(report['operator']['rss_peak'])}, {_mib(report['operator']['rss_end'])} at the "
         f"end; up to {report['operator']['threads_peak']} threads",
+        "  RSS every 10 s (MiB): " + " ".join(f"{v:g}" for v in report.get("rss_mib_by_10s", [])),
+        *_growth(report.get("growth") or []),
+        *(
+            [f"  STUCK, their PV never went: {', '.join(report['stuck_claims'])}"]
+            if report.get("stuck_claims")
+            else []
+        ),
         f"  events posted by the operator: {report['operator_events'] or 'none'}",
         f"  KCM stand-in's clients: {_kcm_clients(report.get('kcm_clients') or {})}",
         f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",

@@ -144,7 +144,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--tracemalloc", type=int, default=0, metavar="FRAMES",
-        help="scale mode: trace the operator's allocations (distorts RSS)",
+        help="trace the operator's allocations (distorts RSS): scale mode's top sites, "
+        "churn mode's --memory-every growth by traceback",
+    )  # fmt: skip
+    parser.add_argument(
+        "--memory-every", type=float, default=0.0, metavar="S",
+        help="churn mode: what grew in the operator every S seconds (objects by type, tasks, "
+        "the malloc heap; by traceback with --tracemalloc); costs the operator CPU",
     )  # fmt: skip
     parser.add_argument(
         "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -185,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         idle_wait=args.idle_wait,
         profile=args.profile,
         tracemalloc=args.tracemalloc,
+        memory_every=args.memory_every,
         log_level=args.log_level,
         write_latency=args.write_latency,
         tls=args.tls,

@@ -16,6 +16,12 @@ arrive in the order they were posted. When the role's API rate limit is reached
 a warning (client-go drops beyond 1,000; one sender, as client-go has, fell behind a burst of
 1,000 claims and dropped 40 % of their events). `flush_all` posts what is queued before the
 API closes.
+
+What a recorder remembers of an object (its events to aggregate, its newest event) goes with
+the object (`forget`, on its DELETED watch event), and at most `MAX_REMEMBERED` entries of
+each kind stay otherwise: under a steady churn of claims, a cap alone kept 4,096 dead
+objects' entries each, the operator's largest structure to keep growing after the live set
+had stopped (docs/benchmarks.md, "RSS over 10 minutes").
 """
 
 from __future__ import annotations
@@ -35,7 +41,16 @@ import structlog
 
 from kopf_csi import kube
 
-__all__ = ["NORMAL", "WARNING", "LastEvent", "Recorder", "event_name", "flush_all", "last_event"]
+__all__ = [
+    "NORMAL",
+    "WARNING",
+    "LastEvent",
+    "Recorder",
+    "event_name",
+    "flush_all",
+    "forget",
+    "last_event",
+]
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -78,6 +93,13 @@ class LastEvent:
     at: float  # time.monotonic()
 
 
+def forget(uid: str) -> None:
+    """The object `uid` is gone (its DELETED watch event): no live recorder of this process
+    keeps anything of it (a uid never comes back, so its entries could only wait for the cap)."""
+    for recorder in list(_recorders):
+        recorder.forget(uid)
+
+
 def last_event(uid: str) -> LastEvent | None:
     """The newest event any live recorder of this process was asked to post about `uid`."""
     found = [r._last[uid] for r in list(_recorders) if uid in r._last]
@@ -86,8 +108,8 @@ def last_event(uid: str) -> LastEvent | None:
 
 @dataclasses.dataclass
 class _Queued:
-    key: tuple[str, str, str, str]
-    body: dict[str, Any]
+    key: tuple[str, str, str, str]  # (uid, type, reason, message)
+    body: dict[str, Any] | None  # None: forget the object, once its events before are sent
 
 
 @dataclasses.dataclass
@@ -110,6 +132,11 @@ def event_name(object_name: str) -> str:
     return f"{object_name}.{_last_nanoseconds:x}"
 
 
+def _shard(uid: str) -> int:
+    """The sender of an object's events: always the same one, so they stay in order."""
+    return hash(uid) % SENDERS
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -126,7 +153,9 @@ class Recorder:
         self.api = api.giving_way()  # rate-limited: the work goes first, its events after
         self.component = component
         self.host = socket.gethostname()
-        self._posted: dict[tuple[str, str, str, str], _Posted] = {}
+        # The events posted, to aggregate repeats: by object uid, then (type, reason, message).
+        self._posted: dict[str, dict[tuple[str, str, str], _Posted]] = {}
+        self._posted_count = 0
         self._queues: list[collections.deque[_Queued]] = [
             collections.deque() for _ in range(SENDERS)
         ]
@@ -138,6 +167,26 @@ class Recorder:
     def _runs_on(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether this recorder's senders (if it has any yet) run on `loop`."""
         return all(s is None or s.get_loop() is loop for s in self._senders)
+
+    def forget(self, uid: str) -> None:
+        """Drop what is remembered of the object `uid` (it is gone; see `forget`): at once, or
+        when its sender is busy, after the events queued before (its sender takes the object's
+        events in order), so that an event still on its way is not remembered again."""
+        self._last.pop(uid, None)
+        shard = _shard(uid)
+        sender = self._senders[shard]
+        if sender is not None and not sender.done():
+            self._queues[shard].append(_Queued(key=(uid, "", "", ""), body=None))
+        else:
+            self._drop_object(uid)
+
+    def _drop_object(self, uid: str) -> None:
+        self._posted_count -= len(self._posted.pop(uid, {}))
+
+    @property
+    def remembered(self) -> int:
+        """Entries kept about objects: events to aggregate and newest events (both capped)."""
+        return self._posted_count + len(self._last)
 
     @property
     def queued(self) -> int:
@@ -158,7 +207,7 @@ class Recorder:
             if len(self._last) >= MAX_REMEMBERED:
                 self._last.pop(next(iter(self._last)))
             self._last[uid] = LastEvent(type_, reason, message, time.monotonic())
-        shard = hash(uid) % SENDERS  # one object, one sender: its events stay in order
+        shard = _shard(uid)
         self._queues[shard].append(_Queued(key=(uid, type_, reason, message), body=body))
         sender = self._senders[shard]
         if sender is None or sender.done():
@@ -184,6 +233,9 @@ class Recorder:
         queue = self._queues[shard]
         while queue:
             queued = queue.popleft()
+            if queued.body is None:
+                self._drop_object(queued.key[0])
+                continue
             try:
                 await self._send(queued)
             except Exception:  # a bug here must not strand the events queued behind this one
@@ -204,13 +256,14 @@ class Recorder:
                     "event_not_posted", reason=queued.key[2], object_uid=queued.key[0],
                     error=str(exc), tries=attempt,
                 )  # fmt: skip
-                self._posted.pop(queued.key, None)
+                self._unremember(queued.key)
             return
 
     async def _send_once(self, queued: _Queued) -> None:
         key, body = queued.key, queued.body
+        assert body is not None  # `_send_queued` took the forgetting marker
         now = time.monotonic()
-        seen = self._posted.get(key)
+        seen = self._posted.get(key[0], {}).get(key[1:])
         try:
             if seen is not None and now - seen.first_seen < REPEAT_WINDOW:
                 seen.count += 1
@@ -223,16 +276,26 @@ class Recorder:
         except kube.KubeError as exc:
             # Events are best effort: an API that refuses one loses only this.
             log.warning("event_not_posted", reason=key[2], object_uid=key[0], error=str(exc))
-            self._posted.pop(key, None)
+            self._unremember(key)
             return
-        if len(self._posted) >= MAX_REMEMBERED:
-            self._posted.pop(next(iter(self._posted)))
-        self._posted[key] = _Posted(
+        posted = _Posted(
             name=created["metadata"]["name"],
             namespace=created["metadata"].get("namespace", "default"),
             count=1,
             first_seen=now,
         )
+        self._unremember(key)
+        while self._posted_count >= MAX_REMEMBERED:  # the oldest object's entries go first
+            self._posted_count -= len(self._posted.pop(next(iter(self._posted))))
+        self._posted.setdefault(key[0], {})[key[1:]] = posted
+        self._posted_count += 1
+
+    def _unremember(self, key: tuple[str, str, str, str]) -> None:
+        entries = self._posted.get(key[0])
+        if entries is not None and entries.pop(key[1:], None) is not None:
+            self._posted_count -= 1
+            if not entries:
+                del self._posted[key[0]]
 
     def _event(
         self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str

@@ -9,7 +9,8 @@ We test these aspects:
 - an expired call is CSITimeoutError whether our timer or the driver's fired first;
 - the client keeps working after the driver restarts;
 - secrets never reach logs, reprs or error texts, even when the driver echoes them;
-- the observer (metrics hook) sees every call with its code.
+- the observer (metrics hook) sees every call with its code;
+- the connection remembers at most `CLOSED_STREAMS_REMEMBERED` closed streams, not h2's 65,536.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import structlog
+from h2.connection import H2Connection
 
 from kopf_csi.csi import (
     STRIPPED,
@@ -30,6 +32,7 @@ from kopf_csi.csi import (
     CSITimeoutError,
     DriverNotReadyError,
 )
+from kopf_csi.csi import client as csi_client
 from kopf_csi.csi import messages as csi
 from kopf_csi.csi.serving import Serving, fail, serve
 
@@ -313,3 +316,18 @@ def test_go_names_of_codes() -> None:
     assert Code.DEADLINE_EXCEEDED.title == "DeadlineExceeded"
     assert Code.CANCELLED.title == "Canceled"
     assert Code.OK.title == "Ok"
+
+
+async def test_closed_streams_remembered_are_capped(
+    driver: Driver, socket_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stream per call on a connection that lives as long as the operator: h2 would keep
+    every closed one, up to 65,536 (7.5 MiB); the client caps them."""
+    monkeypatch.setattr(H2Connection, "MAX_CLOSED_STREAMS", H2Connection.MAX_CLOSED_STREAMS)
+    monkeypatch.setattr(csi_client, "CLOSED_STREAMS_REMEMBERED", 8)
+    async with CSIClient(f"unix://{socket_path}", timeout=2.0) as client:
+        for _ in range(30):
+            await client.probe()
+        h2 = client._channel._protocol.processor.connection._connection  # type: ignore[union-attr]
+        assert h2.highest_outbound_stream_id >= 2 * 30 - 1  # one stream per call
+        assert len(h2._closed_streams) == 8

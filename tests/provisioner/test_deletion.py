@@ -9,7 +9,8 @@ We test these aspects:
   (not the Go sidecar's Warning, upstream #1574) and the
   reference's message, until it is gone (only for drivers with PUBLISH_UNPUBLISH_VOLUME),
   and then at once, not at the volume's next retry;
-- a failed DeleteVolume posts VolumeFailedDelete with the gRPC text and is retried.
+- a failed DeleteVolume posts VolumeFailedDelete with the gRPC text and is retried;
+- after a claim's whole life, the event recorders keep nothing of the claim or its PV.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import dataclasses
 
 import pytest
 
-from kopf_csi import names
+from kopf_csi import events, names
 from kopf_csi.csi import Code
 from kopf_csi.driver import Driver, DriverConfig
 from kopf_csi.provisioning.options import ProvisionerOptions
@@ -108,6 +109,28 @@ async def test_delete_policy_deletes_the_backend_volume_then_the_pv(
     last = changes[-1].object["metadata"]
     assert last.get("deletionTimestamp")  # deleted, then our finalizer removed: gone
     assert not events_for(cluster, pv, FAILED_DELETE)
+
+
+async def test_nothing_of_a_claim_is_remembered_after_its_whole_life(
+    cluster: EmulatedCluster, operator: OperatorThread
+) -> None:
+    """The recorder's aggregation entries and newest event of the claim (Provisioning,
+    ProvisioningSucceeded) go with its DELETED event, and the PV's with the PV's: under a
+    steady churn they were the state that kept growing (docs/benchmarks.md, "RSS over 10
+    minutes")."""
+    pv = await bound_volume(cluster, operator)
+    claim = cluster.get("persistentvolumeclaims", NAMESPACE, "data")
+    assert claim is not None
+    recorder: events.Recorder = operator.memo.recorder
+    await wait_until(lambda: recorder.remembered >= 2, what="the claim's events posted")
+    assert events.last_event(claim["metadata"]["uid"]) is not None
+
+    cluster.delete("persistentvolumeclaims", NAMESPACE, "data")
+    await wait_for_gone(cluster, "persistentvolumes", pv["metadata"]["name"])
+
+    await wait_until(lambda: recorder.remembered == 0, what="the recorder forgetting")
+    assert events.last_event(claim["metadata"]["uid"]) is None
+    assert events.last_event(pv["metadata"]["uid"]) is None
 
 
 async def test_retain_policy_never_deletes(

@@ -4,7 +4,7 @@ We test these aspects:
 - in progress (DEADLINE_EXCEEDED, UNAVAILABLE, ABORTED): ProvisioningFailed with the gRPC text,
   retried with the same name, one backend volume in the end;
 - final (NOT_FOUND, INTERNAL, ...): ProvisioningFailed, retried while the claim lives, and no
-  more once it is deleted;
+  more once it is deleted, nothing of it kept (its topology memo);
 - infeasible (INVALID_ARGUMENT): the reference's infeasible message, and a slow retry;
 - reschedule (RESOURCE_EXHAUSTED, WaitForFirstConsumer, a node selected): selected-node removed,
   and retried if removing it failed; without a selected node it is a final error;
@@ -224,6 +224,10 @@ async def test_final_error_is_not_retried_once_the_claim_is_deleted(
         duration=2 * RETRY_MAX,
         what="no CreateVolume for a deleted claim after a final error",
     )
+    # And nothing is kept of it (its topology memo stayed for good, one per such claim).
+    provisioner = operator.memo.provisioner
+    assert claim["metadata"]["uid"] not in provisioner.topology_memos
+    assert not provisioner.in_progress
 
 
 # --- Infeasible --------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import structlog
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from h2.connection import H2Connection
 
 from kopf_csi.csi import messages as csi
 from kopf_csi.csi.codes import Code
@@ -49,6 +50,18 @@ listening, within a second or two. A path still absent after this is most likely
 after the whole connect timeout, says so at once (a driver merely slow to start gets the pod
 restarted, and is there the next time). A socket that exists but refuses is a driver starting
 up: it gets the whole wait, as csi-lib-utils gives it."""
+
+CLOSED_STREAMS_REMEMBERED = 1024
+"""Closed HTTP/2 streams the CSI connection remembers (h2's `MAX_CLOSED_STREAMS`: 65,536).
+
+h2 keeps the id and the closing of every stream it closed, up to 65,536 of them (about 115
+bytes each, 7.5 MiB in all), to tell a late frame on a stream it reset (answered with a
+RST_STREAM) from a protocol error. The connection to the driver lives as long as the operator
+and opens a stream per call, so that memory grew with every CSI call for hours (about 2.5
+calls a claim: some 3 MiB over a 10-minute churn of 12,000 claims, and still growing;
+docs/benchmarks.md, "RSS over 10 minutes"). Frames after a reset arrive within the socket's
+round trip, while a few streams close, not thousands; Go's HTTP/2 client remembers no closed
+stream at all. (h2 comes with grpclib, which makes the connection; this is its one knob.)"""
 
 # Failures below gRPC: the socket is missing, refused, or the connection died mid-call.
 CONNECTION_ERRORS = (ConnectionError, FileNotFoundError, StreamTerminatedError, ProtocolError)
@@ -93,6 +106,8 @@ class CSIClient:
         self.path = parse_address(address)
         self.timeout = timeout
         self.observers = list(observers)
+        # Read by each new connection (grpclib makes h2's): every connection of this process.
+        H2Connection.MAX_CLOSED_STREAMS = CLOSED_STREAMS_REMEMBERED
         self._channel = Channel(path=self.path)
         self._identity = csi.IdentityStub(self._channel)
         self._controller = csi.ControllerStub(self._channel)

@@ -486,6 +486,17 @@ class Provisioner:
             class_name, source = claim_labels(claim)
             self.observer.provision_failed(class_name=class_name, source=source)
 
+    def claim_deleted(self, key: str, claim: Body) -> None:
+        """The claim's DELETED event: what was kept for its next attempt goes with it (its
+        topology memo, its slow retry, its competition; the queue's run for the deleted claim
+        returns at once and forgets nothing). Not while a CreateVolume may still run for it
+        (`in_progress`): that claim is finished from what was remembered, then forgotten."""
+        if key in self.in_progress:
+            return
+        self.slow_retries.pop(key, None)
+        self.competing.pop(key, None)
+        self.topology_memos.pop(uid_of(claim), None)
+
     def _forget(self, key: str, claim: Body) -> None:
         self.in_progress.pop(key, None)
         self.unsaved.pop(uid_of(claim), None)
