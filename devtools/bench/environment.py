@@ -163,6 +163,7 @@ class Env:
     bench_cpu_before: float = 0.0
     errors_before: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     modules: list[str] = dataclasses.field(default_factory=list)
+    event_loop: str = "asyncio"
     idle_cpu: float = IDLE_CPU
     """The operator's CPU per second below which it counts as idle (`settle`)."""
 
@@ -181,6 +182,7 @@ class Env:
         self.cluster.watch_client("operator", pid)
         ready = await self.operator.wait_ready()
         self.modules = list(ready.get("modules", []))
+        self.event_loop = str(ready.get("event_loop", "asyncio"))  # older operators: asyncio's
         counts = self.cluster.counts
         await wait_until(
             lambda: (
@@ -365,6 +367,7 @@ def run_config(options: Options, env: Env, **extra: Any) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "revision": _revision(),
         "operator_modules": env.modules,
+        "operator_event_loop": env.event_loop,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "machine": platform.machine(),

@@ -38,7 +38,7 @@ from typing import Any
 
 from devtools.bench.growth import Growth
 from devtools.bench.waits import TRACE_LIMIT, Waits
-from kopf_csi import logs
+from kopf_csi import logs, loops
 from kopf_csi.queueing import WorkQueue
 from kopf_csi.settings import CSISettings, KubeSettings, Settings, WorkerSettings
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
@@ -165,7 +165,9 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     chosen = os.environ.get(MODULES_ENV, "")  # experiments: which modules cost what
     modules = tuple(m.strip() for m in chosen.split(",") if m.strip()) or DEFAULT_MODULES
-    operator = OperatorThread(settings=settings, modules=modules)
+    # The same variable as `kopf-csi run`'s `--event-loop` (pairs: `KOPF_CSI_EVENT_LOOP=asyncio`).
+    event_loop = os.environ.get("KOPF_CSI_EVENT_LOOP", "").lower() or "auto"
+    operator = OperatorThread(settings=settings, modules=modules, event_loop=event_loop)
     try:
         await operator.start()
     except (TimeoutError, RuntimeError) as exc:
@@ -176,7 +178,12 @@ async def _serve(args: argparse.Namespace) -> int:
     assert loop is not None
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
     growth = Growth(loop)
-    _say({"ready": True, "pid": os.getpid(), "modules": list(operator.modules)})
+    _say(
+        {
+            "ready": True, "pid": os.getpid(), "modules": list(operator.modules),
+            "event_loop": loops.name(loop),
+        }
+    )  # fmt: skip
     try:
         while True:
             line = await asyncio.to_thread(sys.stdin.readline)

@@ -306,7 +306,8 @@ def format_claims(report: Mapping[str, Any]) -> str:
         f"{', TLS' if config.get('tls') else ''}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
-        f"  operator modules: {', '.join(config['operator_modules'])}",
+        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
+        f"{config.get('operator_event_loop', 'asyncio')}",
         "",
         _table(rows),
         "",
@@ -492,7 +493,8 @@ def format_attach(report: Mapping[str, Any]) -> str:
         f"nodes, driver durable={config['driver_durable']}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
-        f"  operator modules: {', '.join(config['operator_modules'])}",
+        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
+        f"{config.get('operator_event_loop', 'asyncio')}",
         f"  population (driver volumes and PVs) created in {report['populate_seconds']:.1f} s",
         "",
         _table(rows),
@@ -515,7 +517,8 @@ def format_scale(report: Mapping[str, Any]) -> str:
         f"kopf-csi benchmark: operator memory with {config['pairs']} bound PV/PVC pairs present",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
-        f"  operator modules: {', '.join(config['operator_modules'])}",
+        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
+        f"{config.get('operator_event_loop', 'asyncio')}",
         "",
         f"  population created in {report['populate_seconds']:.1f} s (bench, Python-level API); "
         f"KCM stand-in writes afterwards: {report['kcm_writes']}",
@@ -625,7 +628,8 @@ def format_churn(report: Mapping[str, Any]) -> str:
         f"{config['latency']}{', TLS' if config.get('tls') else ''}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
-        f"  operator modules: {', '.join(config['operator_modules'])}",
+        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
+        f"{config.get('operator_event_loop', 'asyncio')}",
         "",
         _table(
             [

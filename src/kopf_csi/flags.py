@@ -115,6 +115,7 @@ RUN_ENV: Mapping[str, str] = {
     "KOPF_CSI_LOG_LEVEL": "--log-level",
     "KOPF_CSI_LOG_FORMAT": "--log-format",
     "KOPF_CSI_LIVENESS": "--liveness",
+    "KOPF_CSI_EVENT_LOOP": "--event-loop",
 }
 """Variables of `kopf-csi run`'s own options (not settings): known, so not typos."""
 

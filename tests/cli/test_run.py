@@ -72,7 +72,16 @@ async def _kopf_csi(
     )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("loop_env", "event_loop"),
+    [
+        pytest.param({}, "uvloop", id="default-uvloop"),
+        pytest.param({"KOPF_CSI_EVENT_LOOP": "asyncio"}, "asyncio", id="asyncio"),
+    ],
+)
 async def test_run_provisions_a_claim_and_stops_on_sigterm(
+    loop_env: dict[str, str],
+    event_loop: str,
     cluster: EmulatedCluster,
     kcm: ControllerManager,
     driver: Driver,
@@ -95,6 +104,7 @@ async def test_run_provisions_a_claim_and_stops_on_sigterm(
         KOPF_CSI_WORKER_THREADS="7",
         KOPF_CSI_TIMEOUT="9s",  # ... and overridden by the flag below
         KOPF_CSI_LOG_FORMAT="json",
+        **loop_env,
     )
     process = await _kopf_csi(
         "run", f"-csi-address=unix://{socket_path}", "--timeout", "1m30s",
@@ -108,6 +118,8 @@ async def test_run_provisions_a_claim_and_stops_on_sigterm(
     finally:
         log = await stopped_cleanly(process)
     assert '"event": "operator_stopped"' in log
+    starting = next(json.loads(line) for line in log.splitlines() if "operator_starting" in line)
+    assert starting["event_loop"] == event_loop
 
 
 @pytest.mark.parametrize(
@@ -122,6 +134,8 @@ async def test_run_provisions_a_claim_and_stops_on_sigterm(
         pytest.param(["--no-default-modules", "-m", "./no_login.py"],
                      "no handler module logs in to Kubernetes: add -m kopf_csi_handlers.lifecycle",
                      id="no-login"),  # kopf would fail later with a traceback of its own
+        pytest.param(["--event-loop=libuv"], "argument --event-loop: invalid choice: 'libuv'",
+                     id="unknown-event-loop"),
     ],
 )  # fmt: skip
 async def test_bad_input_exits_2_with_one_line(

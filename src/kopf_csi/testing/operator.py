@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 from kopf._cogs.structs.references import Insights  # private, but kopf is pinned exactly
 
-from kopf_csi import events, modules, runtime
+from kopf_csi import events, loops, modules, runtime
 from kopf_csi.modules import DEFAULT_MODULES  # the canonical list; re-exported for tests
 from kopf_csi.settings import Settings
 
@@ -44,8 +44,10 @@ class OperatorThread:
         liveness_endpoint: str | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 30.0,
+        event_loop: str = "auto",
     ) -> None:
         self.settings = settings
+        self.event_loop = event_loop  # `loops.CHOICES`: the same loop as `kopf-csi run`'s
         self.modules = tuple(modules)
         self.liveness_endpoint = liveness_endpoint
         self.start_timeout = start_timeout
@@ -77,7 +79,7 @@ class OperatorThread:
 
     def _run(self) -> None:
         _quiet_signal_warning()
-        loop = self._loop = asyncio.new_event_loop()
+        loop = self._loop = loops.new_event_loop(self.event_loop)
         loop.set_exception_handler(_without_kopf_scan_leftovers)
         asyncio.set_event_loop(loop)
         try:
