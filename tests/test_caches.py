@@ -162,3 +162,45 @@ def test_deletions_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     cache.store(_version("pv-0", "6"))  # forgotten: an old event is let in again
     cache.store(_version("pv-4", "6"))  # remembered
     assert [obj["metadata"]["name"] for obj in cache] == ["pv-0"]
+
+
+def _attachment(name: str, version: str, volume: str | None) -> dict[str, object]:
+    source = {"persistentVolumeName": volume} if volume else {"inlineVolumeSpec": {}}
+    return {
+        "metadata": {"name": name, "resourceVersion": version},
+        "spec": {"attacher": "hostpath.csi.kopf.dev", "nodeName": "node-1", "source": source},
+    }
+
+
+def _names(objects: list[object]) -> list[str]:
+    return [obj["metadata"]["name"] for obj in objects]  # type: ignore[index]
+
+
+def test_the_attachments_index_finds_a_volume_s_attachments_through_their_whole_life() -> None:
+    """What a PV's checks read instead of every VA (DeleteVolume's wait, the PV finalizer,
+    the resizer's in-use check): each store, removal, deletion by our write and prune moves it."""
+    cache = caches.Caches().attachments
+    cache.store(_attachment("va-1", "1", "pv-a"))
+    cache.store(_attachment("va-2", "2", "pv-a"))
+    cache.store(_attachment("va-3", "3", "pv-b"))
+    cache.store(_attachment("va-4", "4", None))  # an inline volume: no PV, not indexed
+    assert _names(cache.indexed("pv-a")) == ["va-1", "va-2"]
+    assert _names(cache.indexed("pv-b")) == ["va-3"]
+    cache.store(_attachment("va-2", "5", "pv-b"))  # a new version names another PV
+    assert _names(cache.indexed("pv-a")) == ["va-1"]
+    assert _names(cache.indexed("pv-b")) == ["va-3", "va-2"]
+    cache.store(_attachment("va-2", "4", "pv-a"))  # an older version is not kept, nor indexed
+    assert _names(cache.indexed("pv-a")) == ["va-1"]
+    cache.remove(_attachment("va-1", "6", "pv-a"))
+    cache.deleted(_attachment("va-3", "7", "pv-b"))
+    assert cache.indexed("pv-a") == []
+    assert _names(cache.indexed("pv-b")) == ["va-2"]
+    mark = cache.mark()
+    assert cache.prune({"va-4"}, before=mark) == [_attachment("va-2", "5", "pv-b")]
+    assert cache.indexed("pv-b") == []
+    assert cache._indexed == {}  # nothing left behind for volumes that are gone
+
+
+def test_a_cache_without_an_index_says_so() -> None:
+    with pytest.raises(TypeError, match="no index"):
+        Cache().indexed("pv-a")

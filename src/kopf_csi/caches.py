@@ -9,10 +9,10 @@ that depends on what was read is guarded (by the resourceVersion read: 409 when 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["Cache", "Caches", "object_key"]
+__all__ = ["Cache", "Caches", "attached_volume", "object_key"]
 
 Body = Mapping[str, Any]
 
@@ -22,6 +22,13 @@ def object_key(obj: Body) -> str:
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace")
     return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
+def attached_volume(attachment: Body) -> str | None:
+    """The PV a VolumeAttachment attaches (`spec.source.persistentVolumeName`): the attachments'
+    index, as client-go's indexers, so that a PV's check finds its VAs without reading them all."""
+    name = ((attachment.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
+    return str(name) if name else None
 
 
 def _slim(obj: Body, previous: Body | None = None) -> Body:
@@ -96,8 +103,12 @@ class Cache:
     bound) are kept as they came, minus managedFields: compacting them costs more than it saves.
     """
 
-    def __init__(self, *, compact: bool = True) -> None:
+    def __init__(
+        self, *, compact: bool = True, index: Callable[[Body], str | None] | None = None
+    ) -> None:
         self._objects: dict[str, Body] = {}
+        self._index = index  # one value per object, looked up by `indexed`
+        self._indexed: dict[str, dict[str, None]] = {}  # index value -> keys (ordered set)
         self._compact = compact
         self._stores = 0
         self._stored_at: dict[str, int] = {}  # key -> the store that wrote it (for `prune`)
@@ -119,14 +130,16 @@ class Cache:
             known_version = known["metadata"].get("resourceVersion")
             if known_version == version or _older(version, known_version):
                 return
-        self._objects[key] = _slim(obj, known) if self._compact else _unmanaged(obj)
+        self._objects[key] = kept = _slim(obj, known) if self._compact else _unmanaged(obj)
+        if self._index is not None:
+            self._reindex(key, known, kept)
         self._stores += 1
         self._stored_at[key] = self._stores
 
     def remove(self, obj: Body) -> None:
         """Forget the object: its DELETED event (or a LIST without it) says it is gone."""
         key = object_key(obj)
-        self._objects.pop(key, None)
+        self._reindex(key, self._objects.pop(key, None), None)
         self._stored_at.pop(key, None)
         self._gone.pop(key, None)
 
@@ -165,8 +178,29 @@ class Cache:
             self._stored_at.pop(key, None)
             obj = self._objects.pop(key, None)
             if obj is not None:
+                self._reindex(key, obj, None)
                 removed.append(obj)
         return removed
+
+    def indexed(self, value: str) -> list[Body]:
+        """The objects whose index value is `value` (a cache made with `index=`)."""
+        if self._index is None:
+            raise TypeError("this cache has no index")
+        return [self._objects[key] for key in self._indexed.get(value, ())]
+
+    def _reindex(self, key: str, old: Body | None, new: Body | None) -> None:
+        if self._index is None:
+            return
+        before = self._index(old) if old is not None else None
+        after = self._index(new) if new is not None else None
+        if before == after:
+            return
+        if before is not None and (keys := self._indexed.get(before)) is not None:
+            keys.pop(key, None)
+            if not keys:
+                del self._indexed[before]
+        if after is not None:
+            self._indexed.setdefault(after, {})[key] = None
 
     def get(self, key: str) -> Body | None:
         return self._objects.get(key)
@@ -188,6 +222,6 @@ class Caches:
         self.claims = Cache(compact=False)  # only claims with work ahead: short-lived
         self.volumes = Cache()
         self.storage_classes = Cache()
-        self.attachments = Cache()
+        self.attachments = Cache(index=attached_volume)
         self.csinodes = Cache()
         self.nodes = Cache()

@@ -300,7 +300,7 @@ class Attacher:
         if pv is None:
             return DONE
         releasable = decisions.should_release_volume(
-            pv, finalizer=self.finalizer, attachments=self.caches.attachments
+            pv, finalizer=self.finalizer, attachments=self.caches.attachments.indexed(name)
         )
         if not releasable:
             return DONE

@@ -218,7 +218,8 @@ class CSIBackend:
     async def delete(self, volume: Body) -> None:
         """DeleteVolume, unless a VolumeAttachment still uses the PV (upstream #438)."""
         if self.driver.has_controller("PUBLISH_UNPUBLISH_VOLUME"):
-            blocker = deletions.blocking_attachment(volume, attachments=self.caches.attachments)
+            attachments = self.caches.attachments.indexed(volume["metadata"]["name"])
+            blocker = deletions.blocking_attachment(volume, attachments=attachments)
             if blocker is not None:
                 raise deletions.VolumeInUseError(blocker)
         class_name = volume.get("spec", {}).get("storageClassName") or ""

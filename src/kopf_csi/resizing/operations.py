@@ -227,7 +227,8 @@ class Resizer:
 
     async def _users(self, claim: Body, pv: Body) -> list[str]:
         """What still uses the volume (see `inuse`): its VAs, else the namespace's pods."""
-        attached = inuse.attachments_of(pv["metadata"]["name"], self.caches.attachments)
+        name = pv["metadata"]["name"]
+        attached = inuse.attachments_of(name, self.caches.attachments.indexed(name))
         if attached:
             return attached
         meta = claim["metadata"]
