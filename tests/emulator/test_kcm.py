@@ -560,3 +560,28 @@ async def test_a_failing_scheduler_pass_leaves_the_rest_of_the_pass(
     claim(cluster, "a", storageClassName="fast")
     await until(cluster, lambda: GA in annotations(cluster, "a"))
     assert failed
+
+
+async def test_with_a_latency_model_a_pod_gone_during_its_attach_still_gets_a_detach() -> None:
+    """KCM's attach operation ends by putting the volume in the actual state of the world
+    (attached, or uncertain if it failed), which the reconciler detaches once the pods no
+    longer need it: a pod deleted while the VolumeAttachment's POST is on its way still gets
+    it deleted once it lands. The stand-in forgot it instead (its cache had no such
+    VolumeAttachment yet), which left it for good: its PV stayed "still attached to node"
+    in the churn benchmark, 22 of 1,800 claims at `--attached 1.0` on a busy machine."""
+    model = LatencyModel(means={f"POST {VAS}": 0.5})
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
+        storage_class(cluster, "fast")
+        created = claim(cluster, "data", storageClassName="fast")
+        volume(cluster, "pvc-1", claim=created)
+        await until(cluster, lambda: phase("Bound")(cluster.get(PVCS, "default", "data")))
+        pod(cluster, "app", "data", node="node-1")
+        name = attachment_name("handle-pvc-1", DRIVER, "node-1")
+        async with asyncio.timeout(5):
+            while f"attach-{name}" not in kcm.operations:
+                await asyncio.sleep(0.01)
+        cluster.delete("pods", "default", "app")
+        assert await cluster.wait_for(VAS, None, name) is not None  # the POST lands
+        assert await cluster.wait_for(VAS, None, name, lambda obj: obj is None) is None
+        await kcm.settled()
+        assert cluster.objects(VAS) == []
