@@ -54,6 +54,15 @@ async def until(cluster: EmulatedCluster, condition: Callable[[], Any]) -> Any:
     return result
 
 
+async def polled(condition: Callable[[], Any]) -> None:
+    """Wait for a condition that no change of the cluster announces (KCM's own state)."""
+    async with asyncio.timeout(5):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+
+
 def events(cluster: EmulatedCluster, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [
         (event["type"], event["reason"], event["message"])
@@ -577,11 +586,11 @@ async def test_with_a_latency_model_a_pod_gone_during_its_attach_still_gets_a_de
         await until(cluster, lambda: phase("Bound")(cluster.get(PVCS, "default", "data")))
         pod(cluster, "app", "data", node="node-1")
         name = attachment_name("handle-pvc-1", DRIVER, "node-1")
-        async with asyncio.timeout(5):
-            while f"attach-{name}" not in kcm.operations:
-                await asyncio.sleep(0.01)
+        await polled(lambda: f"attach-{name}" in kcm.operations)  # the POST under way
         cluster.delete("pods", "default", "app")
         assert await cluster.wait_for(VAS, None, name) is not None  # the POST lands
         assert await cluster.wait_for(VAS, None, name, lambda obj: obj is None) is None
         await kcm.settled()
         assert cluster.objects(VAS) == []
+        writes = kcm_writes(cluster)
+        assert (writes[("create", VAS)], writes[("delete", VAS)]) == (1, 1)
