@@ -54,6 +54,15 @@ async def until(cluster: EmulatedCluster, condition: Callable[[], Any]) -> Any:
     return result
 
 
+async def polled(condition: Callable[[], Any]) -> None:
+    """Wait for a condition that no change of the cluster announces (KCM's own state)."""
+    async with asyncio.timeout(5):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+
+
 def events(cluster: EmulatedCluster, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [
         (event["type"], event["reason"], event["message"])
@@ -560,3 +569,28 @@ async def test_a_failing_scheduler_pass_leaves_the_rest_of_the_pass(
     claim(cluster, "a", storageClassName="fast")
     await until(cluster, lambda: GA in annotations(cluster, "a"))
     assert failed
+
+
+async def test_with_a_latency_model_a_pod_gone_during_its_attach_still_gets_a_detach() -> None:
+    """KCM's attach operation ends by putting the volume in the actual state of the world
+    (attached, or uncertain if it failed), which the reconciler detaches once the pods no
+    longer need it: a pod deleted while the VolumeAttachment's POST is on its way still gets
+    it deleted once it lands. The stand-in forgot it instead (its cache had no such
+    VolumeAttachment yet), which left it for good: its PV stayed "still attached to node"
+    in the churn benchmark, 22 of 1,800 claims at `--attached 1.0` on a busy machine."""
+    model = LatencyModel(means={f"POST {VAS}": 0.5})
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
+        storage_class(cluster, "fast")
+        created = claim(cluster, "data", storageClassName="fast")
+        volume(cluster, "pvc-1", claim=created)
+        await until(cluster, lambda: phase("Bound")(cluster.get(PVCS, "default", "data")))
+        pod(cluster, "app", "data", node="node-1")
+        name = attachment_name("handle-pvc-1", DRIVER, "node-1")
+        await polled(lambda: f"attach-{name}" in kcm.operations)  # the POST under way
+        cluster.delete("pods", "default", "app")
+        assert await cluster.wait_for(VAS, None, name) is not None  # the POST lands
+        assert await cluster.wait_for(VAS, None, name, lambda obj: obj is None) is None
+        await kcm.settled()
+        assert cluster.objects(VAS) == []
+        writes = kcm_writes(cluster)
+        assert (writes[("create", VAS)], writes[("delete", VAS)]) == (1, 1)

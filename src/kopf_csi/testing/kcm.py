@@ -615,7 +615,12 @@ class ControllerManager(ControllerRunner):
         for name in sorted(self._attachments - desired.keys()):
             attachment = existing.get(("", name))
             if attachment is None:
-                self._attachments.discard(name)
+                # Gone, or its POST still on its way. KCM's attach operation ends by putting
+                # the volume in the actual state of the world (attached, or uncertain if it
+                # failed), and the reconciler detaches it once no operation is pending: an
+                # attach that lands after its pod went is detached then, never forgotten.
+                if f"attach-{name}" not in self.operations:
+                    self._attachments.discard(name)
             elif not _meta(attachment).get("deletionTimestamp"):
                 detach = functools.partial(self._detach, name)
                 await self._operation(f"detach-{name}", VAS, ("", name), detach)

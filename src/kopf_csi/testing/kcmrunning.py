@@ -205,6 +205,12 @@ class ControllerRunner(StandIn):
         self._wakeups: set[asyncio.TimerHandle] = set()
         self._woken: set[asyncio.Task[None]] = set()
 
+    @property
+    def operations(self) -> frozenset[str]:
+        """The names of the operations running now (with a latency model), e.g.
+        ``attach-<VolumeAttachment>``: what a test waits for to act in the middle of one."""
+        return frozenset(self._operations)
+
     # --- The controllers (the subclass's) --------------------------------------------------
 
     @abc.abstractmethod
