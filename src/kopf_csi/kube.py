@@ -17,7 +17,6 @@ import binascii
 import contextlib
 import dataclasses
 import inspect
-import json
 import os
 import pathlib
 import platform
@@ -31,6 +30,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import aiohttp
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
+import orjson
 import structlog
 
 from kopf_csi.reachability import Reachability
@@ -903,7 +903,7 @@ class KubeClient:
             method,
             url,
             headers=headers,
-            data=None if body is None else json.dumps(body),
+            data=None if body is None else orjson.dumps(body),
             timeout=aiohttp.ClientTimeout(total=timeout),
             **options,
         )
@@ -926,7 +926,7 @@ async def _watch_events(response: Any, path: str) -> AsyncGenerator[Body, None]:
         for line in lines:
             if not line.strip():
                 continue
-            event = json.loads(line)
+            event = orjson.loads(line)
             if event.get("type") == "ERROR":
                 status = event.get("object") or {}
                 raise KubeError(
@@ -958,7 +958,7 @@ def decode_secret_data(secret: Mapping[str, Any]) -> dict[str, str]:
 
 def _decode(raw: bytes, *, status: int, method: str, path: str) -> Body:
     try:
-        data = json.loads(raw) if raw else {}
+        data = orjson.loads(raw) if raw else {}
     except ValueError:
         data = None
     if not isinstance(data, dict):
