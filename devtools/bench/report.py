@@ -365,6 +365,12 @@ def _tally(figures: Mapping[str, Any] | None, unit: str = "") -> str:
     return text + (f", max {figures['max_ms']:g} ms" if "max_ms" in figures else "")
 
 
+def _connections(waits: Mapping[str, Any]) -> str:
+    if "new_connections" in waits and waits["new_connections"] is None:
+        return "in the waits (untraced: the operator's own timing, as in churn mode)"
+    return _tally(waits.get("new_connections"))
+
+
 def _claim_waits(provision: Mapping[str, Any]) -> list[str]:
     """The timeline of the PVs, each claim's way to its PV, and where the operator waited."""
     if "pvs_per_100ms" not in provision:
@@ -398,7 +404,7 @@ def _claim_waits(provision: Mapping[str, Any]) -> list[str]:
         f"    CreateVolume on the driver: {_tally(waits.get('create_volume'), ' calls')}",
         f"    connection pool (limit {waits.get('pool_limit')}): waits "
         f"{_tally(waits.get('pool_wait'))}; new connections (TCP + TLS) "
-        f"{_tally(waits.get('new_connections'))}",
+        f"{_connections(waits)}",
         f"    API requests, start to end: {_tally(waits.get('api_requests'))}",
         "    garbage collector pauses by generation: "
         + "; ".join(f"{g}: {_tally(t)}" for g, t in enumerate(waits.get("gc_pauses") or [])),
@@ -701,7 +707,7 @@ def format_churn(report: Mapping[str, Any]) -> str:
         f"    CreateVolume on the driver: {_tally(waits.get('create_volume'), ' calls')}",
         f"    connection pool (limit {waits.get('pool_limit')}): waits "
         f"{_tally(waits.get('pool_wait'))}; new connections (TCP + TLS) "
-        f"{_tally(waits.get('new_connections'))}",
+        f"{_connections(waits)}",
         f"    API requests, start to end: {_tally(waits.get('api_requests'))}",
         "    garbage collector pauses by generation: "
         + "; ".join(f"{g}: {_tally(t)}" for g, t in enumerate(waits.get("gc_pauses") or [])),
