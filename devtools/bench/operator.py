@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import inspect
 import json
 import os
 import pathlib
@@ -38,7 +39,7 @@ from typing import Any
 
 from devtools.bench.growth import Growth
 from devtools.bench.waits import TRACE_LIMIT, Waits
-from kopf_csi import logs, loops
+from kopf_csi import logs
 from kopf_csi.queueing import WorkQueue
 from kopf_csi.settings import CSISettings, KubeSettings, Settings, WorkerSettings
 from kopf_csi.testing.operator import DEFAULT_MODULES, OperatorThread
@@ -165,9 +166,12 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     chosen = os.environ.get(MODULES_ENV, "")  # experiments: which modules cost what
     modules = tuple(m.strip() for m in chosen.split(",") if m.strip()) or DEFAULT_MODULES
-    # The same variable as `kopf-csi run`'s `--event-loop` (pairs: `KOPF_CSI_EVENT_LOOP=asyncio`).
-    event_loop = os.environ.get("KOPF_CSI_EVENT_LOOP", "").lower() or "auto"
-    operator = OperatorThread(settings=settings, modules=modules, event_loop=event_loop)
+    # The same variable as `kopf-csi run`'s `--event-loop` (pairs: `KOPF_CSI_EVENT_LOOP=asyncio`);
+    # an older revision's operator (`KOPF_CSI_BENCH_OPERATOR_PATH`) has asyncio's loop only.
+    options: dict[str, Any] = {}
+    if "event_loop" in inspect.signature(OperatorThread).parameters:
+        options["event_loop"] = os.environ.get("KOPF_CSI_EVENT_LOOP", "").lower() or "auto"
+    operator = OperatorThread(settings=settings, modules=modules, **options)
     try:
         await operator.start()
     except (TimeoutError, RuntimeError) as exc:
@@ -181,7 +185,7 @@ async def _serve(args: argparse.Namespace) -> int:
     _say(
         {
             "ready": True, "pid": os.getpid(), "modules": list(operator.modules),
-            "event_loop": loops.name(loop),
+            "event_loop": type(loop).__module__.split(".")[0],  # uvloop, or asyncio's
         }
     )  # fmt: skip
     try:
