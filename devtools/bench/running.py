@@ -47,7 +47,13 @@ from devtools.bench import report
 from devtools.bench.attach import run_attach
 from devtools.bench.churn import run_churn
 from devtools.bench.claims import run_claims
-from devtools.bench.environment import CLASSES, LATENCY_MODELS, BenchError, Options
+from devtools.bench.environment import (
+    CLASSES,
+    LATENCY_MODELS,
+    SUSTAINED_LOAD,
+    BenchError,
+    Options,
+)
 from devtools.bench.process import OperatorProcessError
 from devtools.bench.progress import Progress
 from devtools.bench.scale import run_scale
@@ -169,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the emulated API's request durations: the real server's under a burst (real, "
         "the default), or none (microseconds)",
     )  # fmt: skip
+    parser.add_argument(
+        "--server-load", type=float, default=None, metavar="FACTOR",
+        help="every duration of the latency model times FACTOR (a server slower under "
+        f"sustained load; FITTED to the lab's churn p50): default {SUSTAINED_LOAD:g} in churn "
+        "mode, 1 otherwise",
+    )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
     logs.configure(level="WARNING", json=False)
@@ -196,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_latency=args.write_latency,
         tls=args.tls,
         latency="none" if args.write_latency else args.latency,
+        server_load=args.server_load,
     )
     try:
         result = asyncio.run(run(options, Progress(enabled=not args.no_progress)))

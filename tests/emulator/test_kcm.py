@@ -594,3 +594,48 @@ async def test_with_a_latency_model_a_pod_gone_during_its_attach_still_gets_a_de
         assert cluster.objects(VAS) == []
         writes = kcm_writes(cluster)
         assert (writes[("create", VAS)], writes[("delete", VAS)]) == (1, 1)
+
+
+async def test_with_a_latency_model_the_claim_worker_takes_claims_in_the_order_queued() -> None:
+    """The PV controller's claim queue is client-go's workqueue: first queued, first synced.
+    The stand-in sorted each batch of changes by name, so a claim named later in the
+    alphabet waited behind every claim named before it that changed in the same batch."""
+    model = LatencyModel(means={f"PUT {PVCS}/status": 0.1})
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
+        storage_class(cluster, "fast")
+        claims = {name: claim(cluster, name, storageClassName="fast") for name in ("b", "a")}
+        await until(cluster, lambda: all(GA in annotations(cluster, name) for name in claims))
+        await kcm.settled()
+        for name in ("b", "a"):  # one batch: no await in between
+            volume(cluster, f"pvc-{name}", claim=claims[name])
+        await until(cluster, lambda: all(phase("Bound")(c) for c in cluster.objects(PVCS)))
+        versions = {
+            name: int(cluster.get(PVCS, "default", name)["metadata"]["resourceVersion"])
+            for name in claims
+        }
+        assert versions["b"] < versions["a"]  # b's volume came first: b was bound first
+        stats = kcm.worker_stats()["claims"]
+        assert stats["busy_seconds"] >= 2 * 0.1 * 0.5  # two status writes, in turn
+        assert stats["max_wait_seconds"] > 0  # a waited while b was bound
+
+
+async def test_with_a_latency_model_a_resync_queues_all_to_the_pv_controller_only() -> None:
+    """pv_controller_base.go's `resync` queues every claim and volume in its listers to its
+    claim and volume workers; the protection controllers' informers have no such period, so
+    a resync gives their workers nothing (the stand-in gave them every claim and volume)."""
+    model = LatencyModel(write=0.01)
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
+        storage_class(cluster, "fast")
+        for n in range(3):
+            created = claim(cluster, f"data-{n}", storageClassName="fast")
+            await until(cluster, lambda n=n: GA in annotations(cluster, f"data-{n}"))
+            volume(cluster, f"pvc-{n}", claim=created)
+        await until(cluster, lambda: all(phase("Bound")(c) for c in cluster.objects(PVCS)))
+        await kcm.settled()
+        before = kcm.worker_stats()
+        await kcm.resync()
+        await kcm.settled()
+        after = kcm.worker_stats()
+        synced = {name: after[name]["synced"] - before[name]["synced"] for name in after}
+        assert synced["claims"] == synced["volumes"] == 3
+        assert synced["claim-protection"] == synced["volume-protection"] == 0

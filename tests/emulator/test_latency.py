@@ -8,7 +8,9 @@ We test these aspects:
 - draws are log-normal around each mean (the mean is kept) and seeded (a run repeats);
 - over HTTP: writes to one object wait one after the other, as etcd serialises them, while
   writes to different objects overlap; a read waits its own duration only;
-- `write_latency` is the uniform model: every write, no read.
+- `write_latency` is the uniform model: every write, no read;
+- a model scaled by a factor (the benchmark's sustained-load factor) has every mean times it,
+  the workers' own means and the defaults too, and keeps its spread and seed.
 """
 
 from __future__ import annotations
@@ -47,6 +49,17 @@ def test_draws_keep_the_mean_and_repeat_with_the_seed() -> None:
     assert abs(statistics.fmean(draws) - 0.047) < 0.047 * 0.05
     assert max(draws) > 2 * 0.047  # a tail
     assert Latency(LatencyModel(write=0.01)).draw("PATCH", "x") == 0.01  # no spread: exact
+
+
+def test_a_scaled_model_has_every_mean_times_the_factor() -> None:
+    scaled = REAL_SERVER.scaled(2.5)
+    for method, resource in (("POST", "persistentvolumes"), ("PUT", "leases"), ("GET", "pods")):
+        assert scaled.mean(method, resource) == 2.5 * REAL_SERVER.mean(method, resource)
+    one_by_one = scaled.mean("PUT", "persistentvolumeclaims", sequential=True)
+    assert one_by_one == 2.5 * REAL_SERVER.mean("PUT", "persistentvolumeclaims", sequential=True)
+    assert (scaled.sigma, scaled.seed) == (REAL_SERVER.sigma, REAL_SERVER.seed)
+    assert REAL_SERVER.scaled(1.0) == REAL_SERVER
+    assert not REAL_SERVER.scaled(0.0).enabled
 
 
 def test_write_latency_is_the_uniform_model() -> None:

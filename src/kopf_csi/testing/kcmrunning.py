@@ -142,21 +142,45 @@ class _Batch:
 @dataclasses.dataclass
 class _Lane:
     """One of KCM's workers, with a latency model: its queue of keys (each with "is it a
-    resync"), synced one at a time, and whether it is busy with one."""
+    resync"), synced one at a time, and whether it is busy with one. As client-go's plain
+    workqueue (the PV controller's ``claims`` and ``volumes`` queues are not rate-limited): a
+    key already queued keeps its place, keys are taken in the order first queued, and a key
+    queued again while it is synced is synced again after."""
 
     plural: str
     sync: Callable[[Body], Awaitable[None]] | None  # None: the scheduler and attach/detach
     client: str | None = None  # whose token bucket its requests take (None: no limit)
     by_namespace: bool = False  # a namespace's queued keys taken as one batch (pvc-protection)
+    resyncs: bool = False  # every cached object queued at a resync (the PV controller's own)
     keys: dict[Key, bool] = dataclasses.field(default_factory=dict)
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     busy: bool = False
+    queued_at: dict[Key, float] = dataclasses.field(default_factory=dict)
+    stats: dict[str, float] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(
+            ("synced", "busy_seconds", "waited_seconds", "max_wait_seconds", "max_depth"), 0.0
+        )
+    )
+    """What the worker did (`ControllerRunner.worker_stats`): keys synced, seconds busy,
+    seconds keys waited in the queue (in all, and the longest), the deepest queue."""
 
-    def take(self) -> list[tuple[Key, bool]]:
+    def put(self, key: Key, resyncing: bool, now: float) -> None:
+        """Queue `key` (a key already queued keeps its place; a resync's mark is kept)."""
+        if key not in self.keys:
+            self.queued_at[key] = now
+        self.keys[key] = resyncing or self.keys.get(key, False)
+        self.stats["max_depth"] = max(self.stats["max_depth"], len(self.keys))
+
+    def take(self, now: float) -> list[tuple[Key, bool]]:
         """The next key (the oldest queued), or with `by_namespace` every key queued for its
         namespace, in the order queued; taken off the queue."""
         first = next(iter(self.keys))
         keys = [k for k in self.keys if k[0] == first[0]] if self.by_namespace else [first]
+        for key in keys:
+            waited = now - self.queued_at.pop(key, now)
+            self.stats["waited_seconds"] += waited
+            self.stats["max_wait_seconds"] = max(self.stats["max_wait_seconds"], waited)
+        self.stats["synced"] += len(keys)
         return [(key, self.keys.pop(key)) for key in keys]
 
 
@@ -191,8 +215,9 @@ class ControllerRunner(StandIn):
         self._lock = asyncio.Lock()
         self.passes = 0
         self.resyncs = 0
-        self._dirty_claims: set[tuple[str, str]] = set()
-        self._dirty_volumes: set[tuple[str, str]] = set()
+        # what changed since the last take, in the order it first did (an ordered set)
+        self._dirty_claims: dict[Key, None] = {}
+        self._dirty_volumes: dict[Key, None] = {}
         self._everything = True  # the first pass looks at everything listed
         self._resync_due = False
         self._passed = asyncio.Event()
@@ -320,16 +345,17 @@ class ControllerRunner(StandIn):
                 log.exception("kcm stand-in pass failed")
         self._passed.set()
 
-    def _take_dirty(self) -> tuple[list[Key], list[Key], bool]:
-        """The claims and volumes changed since the last take (all after a resync), and
-        whether it is a resync."""
+    def _take_dirty(self, *, resync: bool = True) -> tuple[list[Key], list[Key], bool]:
+        """The claims and volumes changed since the last take, in the order they first did (a
+        workqueue's), and whether a resync is due. With `resync` (the passes), a resync's
+        take is every claim and volume; without, the caller adds them where they belong."""
         resyncing, self._resync_due = self._resync_due, False
-        if self._everything or resyncing:
+        if self._everything or (resyncing and resync):
             self._everything = False
-            self._dirty_claims = set(self._cache["persistentvolumeclaims"])
-            self._dirty_volumes = set(self._cache["persistentvolumes"])
-        claims, volumes = sorted(self._dirty_claims), sorted(self._dirty_volumes)
-        self._dirty_claims, self._dirty_volumes = set(), set()
+            self._dirty_claims.update(dict.fromkeys(self._cache[PVCS]))
+            self._dirty_volumes.update(dict.fromkeys(self._cache[PVS]))
+        claims, volumes = list(self._dirty_claims), list(self._dirty_volumes)
+        self._dirty_claims, self._dirty_volumes = {}, {}
         return claims, volumes, resyncing
 
     def _steps(self) -> Iterator[Callable[[], Awaitable[None]]]:
@@ -380,7 +406,7 @@ class ControllerRunner(StandIn):
         else:  # a bug of ours: said loudly, and the rest of the pass goes on
             log.exception("kcm stand-in: %s %s failed", what, key[1])
         if plural in (PVCS, PVS):
-            (self._dirty_claims if plural == PVCS else self._dirty_volumes).add(key)
+            (self._dirty_claims if plural == PVCS else self._dirty_volumes)[key] = None
 
     @staticmethod
     def _resyncing() -> bool:
@@ -397,8 +423,12 @@ class ControllerRunner(StandIn):
             return {}
         enabled = self.enabled
         lanes = {
-            "claims": _Lane(PVCS, self._sync_claim, BINDER) if enabled["volumes"] else None,
-            "volumes": _Lane(PVS, self._sync_volume, BINDER) if enabled["volumes"] else None,
+            "claims": (
+                _Lane(PVCS, self._sync_claim, BINDER, resyncs=True) if enabled["volumes"] else None
+            ),
+            "volumes": (
+                _Lane(PVS, self._sync_volume, BINDER, resyncs=True) if enabled["volumes"] else None
+            ),
             "claim-protection": (
                 _Lane(PVCS, self._sync_claim_protection, PVC_PROTECTION, by_namespace=True)
                 if enabled["protection"]
@@ -415,13 +445,30 @@ class ControllerRunner(StandIn):
         return self._lanes
 
     def _dispatch(self) -> None:
-        """Queue what changed to every worker that syncs it, and wake them."""
-        claims, volumes, resyncing = self._take_dirty()
+        """Queue what changed to every worker that syncs it, and wake them. A resync queues
+        every cached claim and volume to the PV controller's two workers only (its own
+        ``resync``, every ``--pvclaimbinder-sync-period``): the protection controllers'
+        informers have no such period, so they get what changed, as at any other time."""
+        claims, volumes, resyncing = self._take_dirty(resync=False)
+        now = asyncio.get_running_loop().time()
         for lane in self._lanes.values():
             keys = {PVCS: claims, PVS: volumes}.get(lane.plural, [("", "")])
+            resync = resyncing and lane.resyncs
             for key in keys:
-                lane.keys[key] = resyncing or lane.keys.get(key, False)
+                lane.put(key, resync, now)
+            if resync:
+                for key in list(self._cache[lane.plural]):
+                    lane.put(key, True, now)
             lane.wake.set()
+
+    def worker_stats(self) -> dict[str, dict[str, float]]:
+        """Each worker's figures so far (with a latency model; empty without): keys synced,
+        seconds busy, seconds keys waited in its queue (in all, and the longest), the deepest
+        queue. The claim worker's busy share is how close KCM's binding is to its limit."""
+        return {
+            name: {key: round(value, 3) for key, value in lane.stats.items()}
+            for name, lane in self._lanes.items()
+        }
 
     async def _work(self, lane: _Lane) -> None:
         """One worker: its keys one at a time, in the order queued (a workqueue's)."""
@@ -429,8 +476,10 @@ class ControllerRunner(StandIn):
         while True:
             await lane.wake.wait()
             lane.wake.clear()
+            loop = asyncio.get_running_loop()
             while lane.keys:
-                batch = lane.take()
+                started = loop.time()
+                batch = lane.take(started)
                 lane.busy = True
                 try:
                     await self._work_on(lane, batch)
@@ -438,6 +487,7 @@ class ControllerRunner(StandIn):
                     log.exception("kcm stand-in: %s worker failed", lane.plural)
                 finally:
                     lane.busy = False
+                    lane.stats["busy_seconds"] += loop.time() - started
             self._passed.set()
 
     async def _work_on(self, lane: _Lane, batch: list[tuple[Key, bool]]) -> None:

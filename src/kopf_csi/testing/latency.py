@@ -91,6 +91,19 @@ class LatencyModel:
     def enabled(self) -> bool:
         return bool(self.write or self.read or any(self.means.values()))
 
+    def scaled(self, factor: float) -> LatencyModel:
+        """The same model with every mean (the defaults and the workers' means too) times
+        `factor`: one server, uniformly slower (or faster); the spread and the seed kept."""
+        if factor < 0:
+            raise ValueError(f"a negative factor: {factor}")
+        return dataclasses.replace(
+            self,
+            means={name: mean * factor for name, mean in self.means.items()},
+            write=self.write * factor,
+            read=self.read * factor,
+            sequential={name: mean * factor for name, mean in self.sequential.items()},
+        )
+
 
 NO_LATENCY = LatencyModel()
 
