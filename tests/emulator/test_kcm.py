@@ -27,6 +27,7 @@ from kopf_csi.testing.kcm import (
     attachment_name,
     scheduler_backoff,
 )
+from kopf_csi.testing.kcmrunning import _Lane
 from kopf_csi.testing.latency import LatencyModel
 
 pytestmark = pytest.mark.usefixtures("kcm")
@@ -639,3 +640,23 @@ async def test_with_a_latency_model_a_resync_queues_all_to_the_pv_controller_onl
         synced = {name: after[name]["synced"] - before[name]["synced"] for name in after}
         assert synced["claims"] == synced["volumes"] == 3
         assert synced["claim-protection"] == synced["volume-protection"] == 0
+
+
+def test_a_key_queued_while_it_is_synced_goes_to_the_back_once_done() -> None:
+    """client-go's workqueue: a key added while a worker processes it is only marked dirty,
+    and queued when the worker calls ``Done``: behind every key queued meanwhile (the
+    stand-in put it back at once, ahead of those)."""
+    lane = _Lane(PVCS, None)
+    a, b, c = (("default", name) for name in "abc")
+    lane.put(a, False, 0.0)
+    batch = lane.take(0.0)
+    assert batch == [(a, False)]
+    lane.put(a, False, 1.0)  # a's own write comes back while a is synced
+    lane.put(b, False, 1.0)
+    lane.put(a, True, 1.5)  # again, now for a resync: one entry, the mark kept
+    assert list(lane.keys) == [b]
+    lane.put(c, False, 2.0)
+    lane.done(batch, 3.0)
+    assert list(lane.keys.items()) == [(b, False), (c, False), (a, True)]
+    assert lane.take(3.0) == [(b, False)]
+    assert lane.stats["max_wait_seconds"] == 2.0  # b: queued at 1, taken at 3

@@ -145,7 +145,8 @@ class _Lane:
     resync"), synced one at a time, and whether it is busy with one. As client-go's plain
     workqueue (the PV controller's ``claims`` and ``volumes`` queues are not rate-limited): a
     key already queued keeps its place, keys are taken in the order first queued, and a key
-    queued again while it is synced is synced again after."""
+    queued again while it is synced goes to the back of the queue once that sync is done
+    (the queue's ``dirty`` and ``processing`` sets: ``Done`` queues it then)."""
 
     plural: str
     sync: Callable[[Body], Awaitable[None]] | None  # None: the scheduler and attach/detach
@@ -156,6 +157,8 @@ class _Lane:
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     busy: bool = False
     queued_at: dict[Key, float] = dataclasses.field(default_factory=dict)
+    processing: set[Key] = dataclasses.field(default_factory=set)
+    again: dict[Key, bool] = dataclasses.field(default_factory=dict)  # queued while processed
     stats: dict[str, float] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(
             ("synced", "busy_seconds", "waited_seconds", "max_wait_seconds", "max_depth"), 0.0
@@ -165,7 +168,11 @@ class _Lane:
     seconds keys waited in the queue (in all, and the longest), the deepest queue."""
 
     def put(self, key: Key, resyncing: bool, now: float) -> None:
-        """Queue `key` (a key already queued keeps its place; a resync's mark is kept)."""
+        """Queue `key` (a key already queued keeps its place; a resync's mark is kept; a key
+        being synced is queued once its sync is done, `done`)."""
+        if key in self.processing and key not in self.keys:
+            self.again[key] = resyncing or self.again.get(key, False)
+            return
         if key not in self.keys:
             self.queued_at[key] = now
         self.keys[key] = resyncing or self.keys.get(key, False)
@@ -181,7 +188,15 @@ class _Lane:
             self.stats["waited_seconds"] += waited
             self.stats["max_wait_seconds"] = max(self.stats["max_wait_seconds"], waited)
         self.stats["synced"] += len(keys)
+        self.processing.update(keys)
         return [(key, self.keys.pop(key)) for key in keys]
+
+    def done(self, batch: list[tuple[Key, bool]], now: float) -> None:
+        """The batch's syncs are over: a key queued meanwhile goes to the back now."""
+        for key, _ in batch:
+            self.processing.discard(key)
+            if key in self.again:
+                self.put(key, self.again.pop(key), now)
 
 
 class ControllerRunner(StandIn):
@@ -488,6 +503,7 @@ class ControllerRunner(StandIn):
                 finally:
                     lane.busy = False
                     lane.stats["busy_seconds"] += loop.time() - started
+                    lane.done(batch, loop.time())
             self._passed.set()
 
     async def _work_on(self, lane: _Lane, batch: list[tuple[Key, bool]]) -> None:
