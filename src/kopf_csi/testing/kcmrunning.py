@@ -116,6 +116,9 @@ _CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("kcm_client
 _BATCH: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("kcm_batch", default=None)
 """The batch of claims pvc-protection's worker is on (None: not batched)."""
 
+_LANE: contextvars.ContextVar[_Lane | None] = contextvars.ContextVar("kcm_lane", default=None)
+"""The worker whose sync this is (None: an operation or an event, not the worker's time)."""
+
 _RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
 """Syncing claims for a resync: their events are posted again (per task: a provisioning
 operation started by a resync's sync posts again too)."""
@@ -161,11 +164,19 @@ class _Lane:
     again: dict[Key, bool] = dataclasses.field(default_factory=dict)  # queued while processed
     stats: dict[str, float] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(
-            ("synced", "busy_seconds", "waited_seconds", "max_wait_seconds", "max_depth"), 0.0
+            (
+                "synced", "busy_seconds", "requests", "model_seconds", "request_seconds",
+                "waited_seconds", "max_wait_seconds", "max_depth",
+            ),
+            0.0,
         )
-    )
-    """What the worker did (`ControllerRunner.worker_stats`): keys synced, seconds busy,
-    seconds keys waited in the queue (in all, and the longest), the deepest queue."""
+    )  # fmt: skip
+    """What the worker did (`ControllerRunner.worker_stats`): keys synced, seconds busy; its
+    own requests, the durations the model drew for them, and the seconds from each request's
+    start to its end (the drawn duration, a wait behind an earlier write to the same object,
+    and this process's loop being late to wake the worker); seconds keys waited in the queue
+    (in all, and the longest), the deepest queue. Busy minus the requests' seconds is this
+    process's CPU for the syncs and their writes, which a real KCM does not spend here."""
 
     def put(self, key: Key, resyncing: bool, now: float) -> None:
         """Queue `key` (a key already queued keeps its place; a resync's mark is kept; a key
@@ -488,6 +499,7 @@ class ControllerRunner(StandIn):
     async def _work(self, lane: _Lane) -> None:
         """One worker: its keys one at a time, in the order queued (a workqueue's)."""
         _CLIENT.set(lane.client)  # this task's: its operations and events inherit it
+        _LANE.set(lane)
         while True:
             await lane.wake.wait()
             lane.wake.clear()
@@ -541,7 +553,15 @@ class ControllerRunner(StandIn):
             return
         await self._throttle()
         sequential = not _IN_OPERATION.get()
-        async with self.cluster.latency.request(method, path, watch=False, sequential=sequential):
+        lane = _LANE.get() if sequential else None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        latency = self.cluster.latency
+        async with latency.request(method, path, watch=False, sequential=sequential) as drawn:
+            if lane is not None:
+                lane.stats["requests"] += 1
+                lane.stats["model_seconds"] += drawn
+                lane.stats["request_seconds"] += loop.time() - started
             yield
 
     async def _throttle(self) -> None:

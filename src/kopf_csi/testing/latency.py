@@ -172,18 +172,19 @@ class Latency:
     @contextlib.asynccontextmanager
     async def request(
         self, method: str, target: Target | None, *, watch: bool, sequential: bool = False
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[float]:
         """Wait before the request is served (under the object's write order for a write of
-        one object); serve it inside the block. `sequential`: sent by a worker one request at
-        a time (`LatencyModel.sequential`)."""
+        one object); serve it inside the block, which is given the duration drawn (0 without
+        a model). `sequential`: sent by a worker one request at a time
+        (`LatencyModel.sequential`)."""
         if not self.model.enabled or watch or target is None:
-            yield
+            yield 0.0
             return
         resource = target.plural + (f"/{target.subresource}" if target.subresource else "")
         seconds = self.draw(method, resource, sequential=sequential)
         if method not in WRITE_METHODS or target.name is None:  # reads, and creates, overlap
             await asyncio.sleep(seconds)
-            yield
+            yield seconds
             return
         key = (target.plural, target.namespace, target.name)  # status and main: one object
         lock = self._writing.setdefault(key, asyncio.Lock())
@@ -191,7 +192,7 @@ class Latency:
         try:
             async with lock:
                 await asyncio.sleep(seconds)
-                yield
+                yield seconds
         finally:
             self._waiters[key] -= 1
             if not self._waiters[key]:  # nobody else holds or waits: forget the object
