@@ -747,7 +747,8 @@ def _kcm_workers(workers: Mapping[str, Mapping[str, float]], seconds: float) -> 
         parts.append(
             f"{name} busy {busy:.0%} ({stats.get('synced', 0):g} synced; "
             f"{stats.get('requests', 0):g} requests, drawn {stats.get('model_seconds', 0):.1f} s, "
-            f"taken {stats.get('request_seconds', 0):.1f} s; queued mean "
+            f"taken {stats.get('request_seconds', 0):.1f} s, lag given back "
+            f"{stats.get('credited_seconds', 0):.1f} s; queued mean "
             f"{stats.get('waited_seconds', 0) / synced * 1000:.0f} ms, max "
             f"{stats.get('max_wait_seconds', 0):.2f} s, depth max {stats.get('max_depth', 0):g})"
         )

@@ -81,7 +81,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
-from kopf_csi.testing.latency import ObjectPath
+from kopf_csi.testing.latency import Lateness, ObjectPath
 from kopf_csi.testing.standins import StandIn
 from kopf_csi.throttling import TokenBucket
 
@@ -160,13 +160,14 @@ class _Lane:
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     busy: bool = False
     queued_at: dict[Key, float] = dataclasses.field(default_factory=dict)
+    lateness: Lateness = dataclasses.field(default_factory=Lateness)  # this loop's, owed to it
     processing: set[Key] = dataclasses.field(default_factory=set)
     again: dict[Key, bool] = dataclasses.field(default_factory=dict)  # queued while processed
     stats: dict[str, float] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(
             (
                 "synced", "busy_seconds", "requests", "model_seconds", "request_seconds",
-                "waited_seconds", "max_wait_seconds", "max_depth",
+                "credited_seconds", "waited_seconds", "max_wait_seconds", "max_depth",
             ),
             0.0,
         )
@@ -174,9 +175,10 @@ class _Lane:
     """What the worker did (`ControllerRunner.worker_stats`): keys synced, seconds busy; its
     own requests, the durations the model drew for them, and the seconds from each request's
     start to its end (the drawn duration, a wait behind an earlier write to the same object,
-    and this process's loop being late to wake the worker); seconds keys waited in the queue
-    (in all, and the longest), the deepest queue. Busy minus the requests' seconds is this
-    process's CPU for the syncs and their writes, which a real KCM does not spend here."""
+    and this process's loop being late to wake the worker, less what `lateness` gave back:
+    ``credited_seconds``); seconds keys waited in the queue (in all, and the longest), the
+    deepest queue. Busy minus the requests' seconds is this process's CPU for the syncs and
+    their writes, which a real KCM does not spend here."""
 
     def put(self, key: Key, resyncing: bool, now: float) -> None:
         """Queue `key` (a key already queued keeps its place; a resync's mark is kept; a key
@@ -516,6 +518,7 @@ class ControllerRunner(StandIn):
                     lane.busy = False
                     lane.stats["busy_seconds"] += loop.time() - started
                     lane.done(batch, loop.time())
+            lane.lateness.forgive()  # nothing waits behind this worker now
             self._passed.set()
 
     async def _work_on(self, lane: _Lane, batch: list[tuple[Key, bool]]) -> None:
@@ -557,8 +560,15 @@ class ControllerRunner(StandIn):
         loop = asyncio.get_running_loop()
         started = loop.time()
         latency = self.cluster.latency
-        async with latency.request(method, path, watch=False, sequential=sequential) as drawn:
+        async with latency.request(
+            method,
+            path,
+            watch=False,
+            sequential=sequential,
+            lateness=None if lane is None else lane.lateness,
+        ) as drawn:
             if lane is not None:
+                lane.stats["credited_seconds"] = lane.lateness.credited
                 lane.stats["requests"] += 1
                 lane.stats["model_seconds"] += drawn
                 lane.stats["request_seconds"] += loop.time() - started
