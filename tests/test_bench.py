@@ -15,8 +15,8 @@ We test these aspects:
   provisions, attaches, detaches and deletes every claim, and reports each figure: claim -> PV
   and delete -> PV gone at p50/p90/p99/max, CPU per volume, RSS per third, writes per volume
   by verb and resource, the operator's waits, the KCM stand-in's workers, the targets; it runs
-  with KCM's 15 s resync and the fitted sustained-load factor on the latency model, which no
-  other mode has by default;
+  with KCM's 15 s resync, which no other mode has;
+- `--server-load` scales every duration of the latency model (1 by default, every mode);
 - issue 13's burst targets are computed from the phases' figures (every client's writes of
   both phases, CPU of both, the first PV after its own claim) against the Go sidecars'.
 - the operator's process starts from any working directory: `devtools` is not installed, and
@@ -32,7 +32,6 @@ import math
 import pathlib
 
 from devtools.bench import Options, run_attach, run_churn, run_claims, run_scale
-from devtools.bench.environment import SUSTAINED_LOAD
 from devtools.bench.procfs import MiB
 from devtools.bench.progress import Progress
 from devtools.bench.report import (
@@ -232,8 +231,8 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
     assert "first_requests" not in waits  # a long run: summaries only
     assert report["other_clients"] == {}
     assert report["operator_events"].get("ProvisioningSucceeded") == 16
-    config = report["config"]  # the churn's defaults: the fitted factor, KCM's resync
-    assert (config["server_load"], config["kcm_resync_seconds"]) == (SUSTAINED_LOAD, 15.0)
+    config = report["config"]  # the churn's defaults: the model as measured, KCM's resync
+    assert (config["server_load"], config["kcm_resync_seconds"]) == (1.0, 15.0)
     workers = report["kcm_workers"]
     assert set(workers) == {"claims", "volumes", "claim-protection", "volume-protection", "pods"}
     assert workers["claims"]["synced"] >= 16  # each claim at least once
@@ -249,13 +248,11 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
         assert label in text, label
 
 
-def test_the_server_load_factor_scales_the_model_in_churn_mode_only_by_default() -> None:
-    """`--server-load`: every duration of the latency model times the factor; by default the
-    fitted `SUSTAINED_LOAD` in churn mode and 1 (the burst's measured means) otherwise."""
-    burst, churn = Options(claims=200), Options(churn=20)
-    assert (burst.load_factor, churn.load_factor) == (1.0, SUSTAINED_LOAD)
-    assert burst.latency_model == REAL_SERVER
-    assert churn.latency_model == REAL_SERVER.scaled(SUSTAINED_LOAD)
+def test_the_server_load_factor_scales_the_latency_model() -> None:
+    """`--server-load`: every duration of the latency model times the factor; 1 by default
+    in every mode (the burst's measured means: no fitted factor is the default)."""
+    assert Options(claims=200).server_load == Options(churn=20).server_load == 1.0
+    assert Options(churn=20).latency_model == REAL_SERVER
     doubled = Options(claims=200, server_load=2.0).latency_model
     assert doubled is not None
     assert doubled.mean("POST", "persistentvolumes") == 2 * REAL_SERVER.mean(

@@ -735,7 +735,7 @@ def format_churn(report: Mapping[str, Any]) -> str:
 def _server_load(config: Mapping[str, Any]) -> str:
     """The latency model's factor (`--server-load`), where it is not 1."""
     factor = config.get("server_load", 1.0)
-    return "" if factor == 1.0 else f" x {factor:g} (sustained load, fitted)"
+    return "" if factor == 1.0 else f" x {factor:g} (--server-load)"
 
 
 def _kcm_workers(workers: Mapping[str, Mapping[str, float]], seconds: float) -> str:

@@ -47,13 +47,7 @@ from devtools.bench import report
 from devtools.bench.attach import run_attach
 from devtools.bench.churn import run_churn
 from devtools.bench.claims import run_claims
-from devtools.bench.environment import (
-    CLASSES,
-    LATENCY_MODELS,
-    SUSTAINED_LOAD,
-    BenchError,
-    Options,
-)
+from devtools.bench.environment import CLASSES, LATENCY_MODELS, BenchError, Options
 from devtools.bench.process import OperatorProcessError
 from devtools.bench.progress import Progress
 from devtools.bench.scale import run_scale
@@ -176,10 +170,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the default), or none (microseconds)",
     )  # fmt: skip
     parser.add_argument(
-        "--server-load", type=float, default=None, metavar="FACTOR",
-        help="every duration of the latency model times FACTOR (a server slower under "
-        f"sustained load; FITTED to the lab's churn p50): default {SUSTAINED_LOAD:g} in churn "
-        "mode, 1 otherwise",
+        "--server-load", type=float, default=Options.server_load, metavar="FACTOR",
+        help="every duration of the latency model times FACTOR: a server slower under "
+        "sustained load (not measured; default 1, the burst's measured means)",
     )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
