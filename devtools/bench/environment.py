@@ -120,7 +120,7 @@ class Options:
     p50 of 2.69 s at 20 / 30 / 90, where this benchmark gave 0.2-1.2 s): its durations under
     two minutes of sustained writes were not measured, so this would be FITTED, not measured.
     Not fitted: on this shared machine the churn's figures at one setting varied more from
-    run to run (p50 1.2-22 s at 1) than between settings (3.3 s at 1.4, 7.1 s at 1.3, 9.2 s at
+    run to run (p50 0.34-22.5 s at 1) than between settings (3.3 s at 1.4, 7.1 s at 1.3, 9.2 s at
     2), the benchmark process's own CPU deciding them (docs/benchmarks.md, "Calibration
     against the lab"). So 1: the measured burst means."""
 
