@@ -14,7 +14,9 @@ We test these aspects:
 - a churn run (claims at a steady rate, each deleted after a lifetime, some with a pod) posts,
   provisions, attaches, detaches and deletes every claim, and reports each figure: claim -> PV
   and delete -> PV gone at p50/p90/p99/max, CPU per volume, RSS per third, writes per volume
-  by verb and resource, the operator's waits, the targets;
+  by verb and resource, the operator's waits, the KCM stand-in's workers, the targets; it runs
+  with KCM's 15 s resync, which no other mode has;
+- `--server-load` scales every duration of the latency model (1 by default, every mode);
 - issue 13's burst targets are computed from the phases' figures (every client's writes of
   both phases, CPU of both, the first PV after its own claim) against the Go sidecars'.
 - the operator's process starts from any working directory: `devtools` is not installed, and
@@ -40,6 +42,7 @@ from devtools.bench.report import (
     format_scale,
     percentile,
 )
+from kopf_csi.testing.latency import REAL_SERVER
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -210,7 +213,9 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
         assert 0 < figures["p50_ms"] <= figures["p90_ms"] <= figures["p99_ms"] <= figures["max_ms"]
     assert report["latency_to_attached"]["count"] == 8  # made by the KCM stand-in, attached
     assert report["pvs_left"] == report["driver_volumes_left"] == 0
-    assert report["cpu_ms_per_volume"] == round(report["cpu_seconds"] * 1000 / 16, 2)
+    # both rounded from the same CPU time: equal to within the rounding
+    per_volume = report["cpu_seconds"] * 1000 / 16
+    assert math.isclose(report["cpu_ms_per_volume"], per_volume, abs_tol=0.01)
     assert len(report["rss_thirds_mib"]) == 3
     assert report["rss_samples"] >= 3
     assert report["cpu_ms_per_second"]
@@ -228,6 +233,12 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
     assert "first_requests" not in waits  # a long run: summaries only
     assert report["other_clients"] == {}
     assert report["operator_events"].get("ProvisioningSucceeded") == 16
+    config = report["config"]  # the churn's defaults: the model as measured, KCM's resync
+    assert (config["server_load"], config["kcm_resync_seconds"]) == (1.0, 15.0)
+    workers = report["kcm_workers"]
+    assert set(workers) == {"claims", "volumes", "claim-protection", "volume-protection", "pods"}
+    assert workers["claims"]["synced"] >= 16  # each claim at least once
+    assert 0 < workers["claims"]["busy_seconds"] < report["seconds"]
     assert [t["name"] for t in report["targets"]] == [
         "CPU per volume, create + delete", "RSS, last third minus first",
     ]  # fmt: skip
@@ -235,8 +246,21 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
     for label in ("claim -> PV, p50 / p90 / p99 / max", "delete -> PV gone", "CPU per volume",
                   "RSS, thirds", "by resource", "writes per volume, all clients",
                   "event-loop lag", "in-flight journal", "claims queue", "connection pool",
-                  "lab: Go sidecars"):  # fmt: skip
+                  "lab: Go sidecars", "KCM stand-in's workers", "claims busy"):  # fmt: skip
         assert label in text, label
+
+
+def test_the_server_load_factor_scales_the_latency_model() -> None:
+    """`--server-load`: every duration of the latency model times the factor; 1 by default
+    in every mode (the burst's measured means: no fitted factor is the default)."""
+    assert Options(claims=200).server_load == Options(churn=20).server_load == 1.0
+    assert Options(churn=20).latency_model == REAL_SERVER
+    doubled = Options(claims=200, server_load=2.0).latency_model
+    assert doubled is not None
+    assert doubled.mean("POST", "persistentvolumes") == 2 * REAL_SERVER.mean(
+        "POST", "persistentvolumes"
+    )
+    assert Options(churn=20, latency="none").latency_model is None
 
 
 def test_burst_targets_are_judged_against_the_go_sidecars() -> None:

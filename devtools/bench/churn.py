@@ -256,6 +256,8 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
                 "threads_peak": env.threads_peak,
             },
             "kcm_clients": kcm_clients(env.kcm),
+            "kcm_workers": env.kcm.worker_stats(),
+            "kcm_resyncs": env.kcm.resyncs,
             "other_clients": other_clients(cluster),
             "operator_events": dict(sorted(events.items())),
             "driver_volumes_left": len(env.driver.state.volumes),

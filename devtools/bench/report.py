@@ -301,7 +301,8 @@ def format_claims(report: Mapping[str, Any]) -> str:
         f"kopf-csi benchmark: {config['claims']} claims, class {config['storage_class']}, "
         f"{config['workers']} workers, QPS {config.get('kube_api_qps', 'off')} / burst "
         f"{config.get('kube_api_burst', 'off')}, driver durable={config['driver_durable']}, "
-        f"latency model {config.get('latency', 'none')}, "
+        f"latency model {config.get('latency', 'none')}"
+        f"{_server_load(config)}, "
         f"write latency {config.get('write_latency', 0) * 1000:g} ms"
         f"{', TLS' if config.get('tls') else ''}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
@@ -631,7 +632,8 @@ def format_churn(report: Mapping[str, Any]) -> str:
         f"each deleted {config['lifetime']:g} s after its POST ({report['claims']} claims, "
         f"{report['attached']} with a pod), {config['workers']} workers, QPS "
         f"{config['kube_api_qps']:g} / burst {config['kube_api_burst']}, latency model "
-        f"{config['latency']}{', TLS' if config.get('tls') else ''}",
+        f"{config['latency']}{_server_load(config)}{', TLS' if config.get('tls') else ''}, "
+        f"KCM resync {config.get('kcm_resync_seconds') or 'off'}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
         f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
@@ -727,8 +729,33 @@ def format_churn(report: Mapping[str, Any]) -> str:
         ),
         f"  events posted by the operator: {report['operator_events'] or 'none'}",
         f"  KCM stand-in's clients: {_kcm_clients(report.get('kcm_clients') or {})}",
+        f"  KCM stand-in's workers ({report.get('kcm_resyncs', 0)} resyncs): "
+        + _kcm_workers(report.get("kcm_workers") or {}, report["seconds"]),
         f"  other clients' HTTP requests: {report['other_clients'] or 'none'}",
         "",
         _targets(report.get("targets") or []),
     ]
     return "\n".join(lines)
+
+
+def _server_load(config: Mapping[str, Any]) -> str:
+    """The latency model's factor (`--server-load`), where it is not 1."""
+    factor = config.get("server_load", 1.0)
+    return "" if factor == 1.0 else f" x {factor:g} (--server-load)"
+
+
+def _kcm_workers(workers: Mapping[str, Mapping[str, float]], seconds: float) -> str:
+    """Each worker's busy share of the run, keys synced, their mean and longest queue wait."""
+    parts = []
+    for name, stats in workers.items():
+        synced = stats.get("synced", 0) or 1
+        busy = stats.get("busy_seconds", 0) / seconds if seconds else 0.0
+        parts.append(
+            f"{name} busy {busy:.0%} ({stats.get('synced', 0):g} synced; "
+            f"{stats.get('requests', 0):g} requests, drawn {stats.get('model_seconds', 0):.1f} s, "
+            f"taken {stats.get('request_seconds', 0):.1f} s, lag given back "
+            f"{stats.get('credited_seconds', 0):.1f} s; queued mean "
+            f"{stats.get('waited_seconds', 0) / synced * 1000:.0f} ms, max "
+            f"{stats.get('max_wait_seconds', 0):.2f} s, depth max {stats.get('max_depth', 0):g})"
+        )
+    return "; ".join(parts) or "none (no latency model)"

@@ -169,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the emulated API's request durations: the real server's under a burst (real, "
         "the default), or none (microseconds)",
     )  # fmt: skip
+    parser.add_argument(
+        "--server-load", type=float, default=Options.server_load, metavar="FACTOR",
+        help="every duration of the latency model times FACTOR: a server slower under "
+        "sustained load (not measured; default 1, the burst's measured means)",
+    )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
     logs.configure(level="WARNING", json=False)
@@ -196,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_latency=args.write_latency,
         tls=args.tls,
         latency="none" if args.write_latency else args.latency,
+        server_load=args.server_load,
     )
     try:
         result = asyncio.run(run(options, Progress(enabled=not args.no_progress)))

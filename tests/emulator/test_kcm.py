@@ -27,6 +27,7 @@ from kopf_csi.testing.kcm import (
     attachment_name,
     scheduler_backoff,
 )
+from kopf_csi.testing.kcmrunning import _Lane
 from kopf_csi.testing.latency import LatencyModel
 
 pytestmark = pytest.mark.usefixtures("kcm")
@@ -594,3 +595,68 @@ async def test_with_a_latency_model_a_pod_gone_during_its_attach_still_gets_a_de
         assert cluster.objects(VAS) == []
         writes = kcm_writes(cluster)
         assert (writes[("create", VAS)], writes[("delete", VAS)]) == (1, 1)
+
+
+async def test_with_a_latency_model_the_claim_worker_takes_claims_in_the_order_queued() -> None:
+    """The PV controller's claim queue is client-go's workqueue: first queued, first synced.
+    The stand-in sorted each batch of changes by name, so a claim named later in the
+    alphabet waited behind every claim named before it that changed in the same batch."""
+    model = LatencyModel(means={f"PUT {PVCS}/status": 0.1})
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
+        storage_class(cluster, "fast")
+        claims = {name: claim(cluster, name, storageClassName="fast") for name in ("b", "a")}
+        await until(cluster, lambda: all(GA in annotations(cluster, name) for name in claims))
+        await kcm.settled()
+        for name in ("b", "a"):  # one batch: no await in between
+            volume(cluster, f"pvc-{name}", claim=claims[name])
+        await until(cluster, lambda: all(phase("Bound")(c) for c in cluster.objects(PVCS)))
+        versions = {
+            name: int(cluster.get(PVCS, "default", name)["metadata"]["resourceVersion"])
+            for name in claims
+        }
+        assert versions["b"] < versions["a"]  # b's volume came first: b was bound first
+        stats = kcm.worker_stats()["claims"]
+        assert stats["busy_seconds"] >= 2 * 0.1 * 0.5  # two status writes, in turn
+        assert stats["max_wait_seconds"] > 0  # a waited while b was bound
+
+
+async def test_with_a_latency_model_a_resync_queues_all_to_the_pv_controller_only() -> None:
+    """pv_controller_base.go's `resync` queues every claim and volume in its listers to its
+    claim and volume workers; the protection controllers' informers have no such period, so
+    a resync gives their workers nothing (the stand-in gave them every claim and volume)."""
+    model = LatencyModel(write=0.01)
+    async with EmulatedCluster(latency=model) as cluster, ControllerManager(cluster) as kcm:
+        storage_class(cluster, "fast")
+        for n in range(3):
+            created = claim(cluster, f"data-{n}", storageClassName="fast")
+            await until(cluster, lambda n=n: GA in annotations(cluster, f"data-{n}"))
+            volume(cluster, f"pvc-{n}", claim=created)
+        await until(cluster, lambda: all(phase("Bound")(c) for c in cluster.objects(PVCS)))
+        await kcm.settled()
+        before = kcm.worker_stats()
+        await kcm.resync()
+        await kcm.settled()
+        after = kcm.worker_stats()
+        synced = {name: after[name]["synced"] - before[name]["synced"] for name in after}
+        assert synced["claims"] == synced["volumes"] == 3
+        assert synced["claim-protection"] == synced["volume-protection"] == 0
+
+
+def test_a_key_queued_while_it_is_synced_goes_to_the_back_once_done() -> None:
+    """client-go's workqueue: a key added while a worker processes it is only marked dirty,
+    and queued when the worker calls ``Done``: behind every key queued meanwhile (the
+    stand-in put it back at once, ahead of those)."""
+    lane = _Lane(PVCS, None)
+    a, b, c = (("default", name) for name in "abc")
+    lane.put(a, False, 0.0)
+    batch = lane.take(0.0)
+    assert batch == [(a, False)]
+    lane.put(a, False, 1.0)  # a's own write comes back while a is synced
+    lane.put(b, False, 1.0)
+    lane.put(a, True, 1.5)  # again, now for a resync: one entry, the mark kept
+    assert list(lane.keys) == [b]
+    lane.put(c, False, 2.0)
+    lane.done(batch, 3.0)
+    assert list(lane.keys.items()) == [(b, False), (c, False), (a, True)]
+    assert lane.take(3.0) == [(b, False)]
+    assert lane.stats["max_wait_seconds"] == 2.0  # b: queued at 1, taken at 3

@@ -8,18 +8,29 @@ We test these aspects:
 - draws are log-normal around each mean (the mean is kept) and seeded (a run repeats);
 - over HTTP: writes to one object wait one after the other, as etcd serialises them, while
   writes to different objects overlap; a read waits its own duration only;
-- `write_latency` is the uniform model: every write, no read.
+- `write_latency` is the uniform model: every write, no read;
+- a worker's `Lateness`: what this process's loop made its waits end late is taken off its
+  next waits, so a busy loop does not add up over a worker's queue;
+- a model scaled by a factor (the benchmark's sustained-load factor) has every mean times it,
+  the workers' own means and the defaults too, and keeps its spread and seed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 
 from kubernetes_asyncio import client
 
 from kopf_csi.testing.emulator import EmulatedCluster
-from kopf_csi.testing.latency import REAL_SERVER, Latency, LatencyModel, uniform_writes
+from kopf_csi.testing.latency import (
+    REAL_SERVER,
+    Latency,
+    LatencyModel,
+    Lateness,
+    uniform_writes,
+)
 
 
 def test_the_real_servers_durations_by_verb_and_kind() -> None:
@@ -47,6 +58,34 @@ def test_draws_keep_the_mean_and_repeat_with_the_seed() -> None:
     assert abs(statistics.fmean(draws) - 0.047) < 0.047 * 0.05
     assert max(draws) > 2 * 0.047  # a tail
     assert Latency(LatencyModel(write=0.01)).draw("PATCH", "x") == 0.01  # no spread: exact
+
+
+def test_a_scaled_model_has_every_mean_times_the_factor() -> None:
+    scaled = REAL_SERVER.scaled(2.5)
+    for method, resource in (("POST", "persistentvolumes"), ("PUT", "leases"), ("GET", "pods")):
+        assert scaled.mean(method, resource) == 2.5 * REAL_SERVER.mean(method, resource)
+    one_by_one = scaled.mean("PUT", "persistentvolumeclaims", sequential=True)
+    assert one_by_one == 2.5 * REAL_SERVER.mean("PUT", "persistentvolumeclaims", sequential=True)
+    assert (scaled.sigma, scaled.seed) == (REAL_SERVER.sigma, REAL_SERVER.seed)
+    assert REAL_SERVER.scaled(1.0) == REAL_SERVER
+    assert not REAL_SERVER.scaled(0.0).enabled
+
+
+async def test_a_workers_lateness_is_taken_off_its_next_waits() -> None:
+    """Three waits of 50 ms, the loop blocked for 100 ms during the first: it ends about 60 ms
+    late, which the next two waits give back; the three end about when 150 ms of waits would
+    (without the account: 210 ms)."""
+    loop, lateness = asyncio.get_running_loop(), Lateness()
+    loop.call_later(0.01, time.sleep, 0.1)  # the loop, busy elsewhere
+    started = loop.time()
+    await lateness.sleep(0.05)
+    assert lateness.owed >= 0.05
+    await lateness.sleep(0.05)
+    await lateness.sleep(0.05)
+    assert 0.15 <= loop.time() - started < 0.19
+    assert 0.05 <= lateness.credited <= 0.1
+    lateness.forgive()
+    assert lateness.owed == 0.0
 
 
 def test_write_latency_is_the_uniform_model() -> None:

@@ -219,17 +219,17 @@ class ControllerManager(ControllerRunner):
             if obj is None:
                 continue
             if plural == "persistentvolumeclaims":
-                self._dirty_claims.add(_key(obj))
+                self._dirty_claims[_key(obj)] = None
                 if volume_name := _spec(obj).get("volumeName"):
-                    self._dirty_volumes.add(("", volume_name))
+                    self._dirty_volumes[("", volume_name)] = None
                 self._dirty_volumes.update(self._claimed.get(_key(obj), {}))
             elif plural == "persistentvolumes":
-                self._dirty_volumes.add(_key(obj))
+                self._dirty_volumes[_key(obj)] = None
                 if ref := _spec(obj).get("claimRef"):
-                    self._dirty_claims.add((ref.get("namespace") or "", ref.get("name") or ""))
+                    self._dirty_claims[(ref.get("namespace") or "", ref.get("name") or "")] = None
             elif plural == "pods":
                 namespace = _meta(obj).get("namespace") or ""
-                self._dirty_claims.update((namespace, name) for name in _pod_claims(obj))
+                self._dirty_claims.update(dict.fromkeys((namespace, n) for n in _pod_claims(obj)))
             elif plural in ("storageclasses", "csidrivers"):
                 self._everything = True
         if plural == "persistentvolumes":

@@ -25,12 +25,20 @@ stand-in is made, so every test without one runs the passes above, unchanged), K
 take the real server's time, and its controllers work side by side as the real ones do. Each
 write waits its drawn duration (by verb and resource, after the previous write to the same
 object, the HTTP requests' own order) and is applied at its end, as a blocking client-go
-round trip; a stale copy then loses with a 409, as the real one's does. Who waits for whom,
-as read in kubernetes/kubernetes:
+round trip; a stale copy then loses with a 409, as the real one's does. A worker's waits
+keep the model's pace when this process's loop is late to end them (`latency.Lateness`: what
+one wait ended late is taken off the worker's next ones), or a busy benchmark process made
+each of the claim worker's requests take 4.5 times its drawn duration, and the worker, not
+the model, decided the churn's latencies. Each worker's queue is a plain workqueue's (the
+PV controller's are not rate-limited): first queued, first synced; a key queued again while
+it is synced goes to the back once that sync is done; its figures (busy, its requests'
+drawn and taken seconds, queue waits, depth) are `worker_stats`. Who waits for whom, as read
+in kubernetes/kubernetes:
 
 - pv_controller_base.go ``Run``: one ``claimWorker`` and one ``volumeWorker`` goroutine, each
   taking one key at a time off its queue (the queue's comment: one worker each, ``syncClaim``
-  is not reentrant). ``bind`` (pv_controller.go) runs in the claim worker: the PV's claimRef
+  is not reentrant); its ``resync`` queues every claim and volume to those two queues only.
+  ``bind`` (pv_controller.go) runs in the claim worker: the PV's claimRef
   if needed, the PV's status, the claim's volumeName and annotations, the claim's status,
   each ``Update`` waiting for the one before. So N claims bind one after the other.
 - pv_controller.go ``provisionClaim`` hands ``provisionClaimOperationExternal`` (the update
@@ -64,7 +72,11 @@ as read in kubernetes/kubernetes:
   ``_reclaim``). The scheduler's writes are kube-scheduler's, not KCM's: not limited here.
 
 Left out: any dependence of a request's duration on how many are in flight: the model's means
-are the real server's averages over a whole burst.
+are the real server's averages over a whole burst. Unlike the real informers' handlers, a
+changed claim also queues its volume and a changed volume its claim at once (the real ones
+queue only their own kind; the volume worker queues a claim it finds unbound, the claim
+worker a deleted claim's volume): more syncs here, none of them a write the real controller
+would not make, so only this process's CPU differs.
 """
 
 from __future__ import annotations
@@ -81,7 +93,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from kopf_csi.testing.emulator import Body, EmulatedCluster, StatusError, Subscription
-from kopf_csi.testing.latency import ObjectPath
+from kopf_csi.testing.latency import Lateness, ObjectPath
 from kopf_csi.testing.standins import StandIn
 from kopf_csi.throttling import TokenBucket
 
@@ -116,6 +128,9 @@ _CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("kcm_client
 _BATCH: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("kcm_batch", default=None)
 """The batch of claims pvc-protection's worker is on (None: not batched)."""
 
+_LANE: contextvars.ContextVar[_Lane | None] = contextvars.ContextVar("kcm_lane", default=None)
+"""The worker whose sync this is (None: an operation or an event, not the worker's time)."""
+
 _RESYNCING = contextvars.ContextVar("kcm_resyncing", default=False)
 """Syncing claims for a resync: their events are posted again (per task: a provisioning
 operation started by a resync's sync posts again too)."""
@@ -142,22 +157,71 @@ class _Batch:
 @dataclasses.dataclass
 class _Lane:
     """One of KCM's workers, with a latency model: its queue of keys (each with "is it a
-    resync"), synced one at a time, and whether it is busy with one."""
+    resync"), synced one at a time, and whether it is busy with one. As client-go's plain
+    workqueue (the PV controller's ``claims`` and ``volumes`` queues are not rate-limited): a
+    key already queued keeps its place, keys are taken in the order first queued, and a key
+    queued again while it is synced goes to the back of the queue once that sync is done
+    (the queue's ``dirty`` and ``processing`` sets: ``Done`` queues it then)."""
 
     plural: str
     sync: Callable[[Body], Awaitable[None]] | None  # None: the scheduler and attach/detach
     client: str | None = None  # whose token bucket its requests take (None: no limit)
     by_namespace: bool = False  # a namespace's queued keys taken as one batch (pvc-protection)
+    resyncs: bool = False  # every cached object queued at a resync (the PV controller's own)
     keys: dict[Key, bool] = dataclasses.field(default_factory=dict)
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     busy: bool = False
+    queued_at: dict[Key, float] = dataclasses.field(default_factory=dict)
+    lateness: Lateness = dataclasses.field(default_factory=Lateness)  # this loop's, owed to it
+    processing: set[Key] = dataclasses.field(default_factory=set)
+    again: dict[Key, bool] = dataclasses.field(default_factory=dict)  # queued while processed
+    stats: dict[str, float] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(
+            (
+                "synced", "busy_seconds", "requests", "model_seconds", "request_seconds",
+                "credited_seconds", "waited_seconds", "max_wait_seconds", "max_depth",
+            ),
+            0.0,
+        )
+    )  # fmt: skip
+    """What the worker did (`ControllerRunner.worker_stats`): keys synced, seconds busy; its
+    own requests, the durations the model drew for them, and the seconds from each request's
+    start to its end (the drawn duration, a wait behind an earlier write to the same object,
+    and this process's loop being late to wake the worker, less what `lateness` gave back:
+    ``credited_seconds``); seconds keys waited in the queue (in all, and the longest), the
+    deepest queue. Busy minus the requests' seconds is this process's CPU for the syncs and
+    their writes, which a real KCM does not spend here."""
 
-    def take(self) -> list[tuple[Key, bool]]:
+    def put(self, key: Key, resyncing: bool, now: float) -> None:
+        """Queue `key` (a key already queued keeps its place; a resync's mark is kept; a key
+        being synced is queued once its sync is done, `done`)."""
+        if key in self.processing and key not in self.keys:
+            self.again[key] = resyncing or self.again.get(key, False)
+            return
+        if key not in self.keys:
+            self.queued_at[key] = now
+        self.keys[key] = resyncing or self.keys.get(key, False)
+        self.stats["max_depth"] = max(self.stats["max_depth"], len(self.keys))
+
+    def take(self, now: float) -> list[tuple[Key, bool]]:
         """The next key (the oldest queued), or with `by_namespace` every key queued for its
         namespace, in the order queued; taken off the queue."""
         first = next(iter(self.keys))
         keys = [k for k in self.keys if k[0] == first[0]] if self.by_namespace else [first]
+        for key in keys:
+            waited = now - self.queued_at.pop(key, now)
+            self.stats["waited_seconds"] += waited
+            self.stats["max_wait_seconds"] = max(self.stats["max_wait_seconds"], waited)
+        self.stats["synced"] += len(keys)
+        self.processing.update(keys)
         return [(key, self.keys.pop(key)) for key in keys]
+
+    def done(self, batch: list[tuple[Key, bool]], now: float) -> None:
+        """The batch's syncs are over: a key queued meanwhile goes to the back now."""
+        for key, _ in batch:
+            self.processing.discard(key)
+            if key in self.again:
+                self.put(key, self.again.pop(key), now)
 
 
 class ControllerRunner(StandIn):
@@ -191,8 +255,9 @@ class ControllerRunner(StandIn):
         self._lock = asyncio.Lock()
         self.passes = 0
         self.resyncs = 0
-        self._dirty_claims: set[tuple[str, str]] = set()
-        self._dirty_volumes: set[tuple[str, str]] = set()
+        # what changed since the last take, in the order it first did (an ordered set)
+        self._dirty_claims: dict[Key, None] = {}
+        self._dirty_volumes: dict[Key, None] = {}
         self._everything = True  # the first pass looks at everything listed
         self._resync_due = False
         self._passed = asyncio.Event()
@@ -320,16 +385,17 @@ class ControllerRunner(StandIn):
                 log.exception("kcm stand-in pass failed")
         self._passed.set()
 
-    def _take_dirty(self) -> tuple[list[Key], list[Key], bool]:
-        """The claims and volumes changed since the last take (all after a resync), and
-        whether it is a resync."""
+    def _take_dirty(self, *, resync: bool = True) -> tuple[list[Key], list[Key], bool]:
+        """The claims and volumes changed since the last take, in the order they first did (a
+        workqueue's), and whether a resync is due. With `resync` (the passes), a resync's
+        take is every claim and volume; without, the caller adds them where they belong."""
         resyncing, self._resync_due = self._resync_due, False
-        if self._everything or resyncing:
+        if self._everything or (resyncing and resync):
             self._everything = False
-            self._dirty_claims = set(self._cache["persistentvolumeclaims"])
-            self._dirty_volumes = set(self._cache["persistentvolumes"])
-        claims, volumes = sorted(self._dirty_claims), sorted(self._dirty_volumes)
-        self._dirty_claims, self._dirty_volumes = set(), set()
+            self._dirty_claims.update(dict.fromkeys(self._cache[PVCS]))
+            self._dirty_volumes.update(dict.fromkeys(self._cache[PVS]))
+        claims, volumes = list(self._dirty_claims), list(self._dirty_volumes)
+        self._dirty_claims, self._dirty_volumes = {}, {}
         return claims, volumes, resyncing
 
     def _steps(self) -> Iterator[Callable[[], Awaitable[None]]]:
@@ -380,7 +446,7 @@ class ControllerRunner(StandIn):
         else:  # a bug of ours: said loudly, and the rest of the pass goes on
             log.exception("kcm stand-in: %s %s failed", what, key[1])
         if plural in (PVCS, PVS):
-            (self._dirty_claims if plural == PVCS else self._dirty_volumes).add(key)
+            (self._dirty_claims if plural == PVCS else self._dirty_volumes)[key] = None
 
     @staticmethod
     def _resyncing() -> bool:
@@ -397,8 +463,12 @@ class ControllerRunner(StandIn):
             return {}
         enabled = self.enabled
         lanes = {
-            "claims": _Lane(PVCS, self._sync_claim, BINDER) if enabled["volumes"] else None,
-            "volumes": _Lane(PVS, self._sync_volume, BINDER) if enabled["volumes"] else None,
+            "claims": (
+                _Lane(PVCS, self._sync_claim, BINDER, resyncs=True) if enabled["volumes"] else None
+            ),
+            "volumes": (
+                _Lane(PVS, self._sync_volume, BINDER, resyncs=True) if enabled["volumes"] else None
+            ),
             "claim-protection": (
                 _Lane(PVCS, self._sync_claim_protection, PVC_PROTECTION, by_namespace=True)
                 if enabled["protection"]
@@ -415,22 +485,42 @@ class ControllerRunner(StandIn):
         return self._lanes
 
     def _dispatch(self) -> None:
-        """Queue what changed to every worker that syncs it, and wake them."""
-        claims, volumes, resyncing = self._take_dirty()
+        """Queue what changed to every worker that syncs it, and wake them. A resync queues
+        every cached claim and volume to the PV controller's two workers only (its own
+        ``resync``, every ``--pvclaimbinder-sync-period``): the protection controllers'
+        informers have no such period, so they get what changed, as at any other time."""
+        claims, volumes, resyncing = self._take_dirty(resync=False)
+        now = asyncio.get_running_loop().time()
         for lane in self._lanes.values():
             keys = {PVCS: claims, PVS: volumes}.get(lane.plural, [("", "")])
+            resync = resyncing and lane.resyncs
             for key in keys:
-                lane.keys[key] = resyncing or lane.keys.get(key, False)
+                lane.put(key, resync, now)
+            if resync:
+                for key in list(self._cache[lane.plural]):
+                    lane.put(key, True, now)
             lane.wake.set()
+
+    def worker_stats(self) -> dict[str, dict[str, float]]:
+        """Each worker's figures so far (with a latency model; empty without): keys synced,
+        seconds busy, seconds keys waited in its queue (in all, and the longest), the deepest
+        queue. The claim worker's busy share is how close KCM's binding is to its limit."""
+        return {
+            name: {key: round(value, 3) for key, value in lane.stats.items()}
+            for name, lane in self._lanes.items()
+        }
 
     async def _work(self, lane: _Lane) -> None:
         """One worker: its keys one at a time, in the order queued (a workqueue's)."""
         _CLIENT.set(lane.client)  # this task's: its operations and events inherit it
+        _LANE.set(lane)
         while True:
             await lane.wake.wait()
             lane.wake.clear()
+            loop = asyncio.get_running_loop()
             while lane.keys:
-                batch = lane.take()
+                started = loop.time()
+                batch = lane.take(started)
                 lane.busy = True
                 try:
                     await self._work_on(lane, batch)
@@ -438,6 +528,9 @@ class ControllerRunner(StandIn):
                     log.exception("kcm stand-in: %s worker failed", lane.plural)
                 finally:
                     lane.busy = False
+                    lane.stats["busy_seconds"] += loop.time() - started
+                    lane.done(batch, loop.time())
+            lane.lateness.forgive()  # nothing waits behind this worker now
             self._passed.set()
 
     async def _work_on(self, lane: _Lane, batch: list[tuple[Key, bool]]) -> None:
@@ -475,7 +568,22 @@ class ControllerRunner(StandIn):
             return
         await self._throttle()
         sequential = not _IN_OPERATION.get()
-        async with self.cluster.latency.request(method, path, watch=False, sequential=sequential):
+        lane = _LANE.get() if sequential else None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        latency = self.cluster.latency
+        async with latency.request(
+            method,
+            path,
+            watch=False,
+            sequential=sequential,
+            lateness=None if lane is None else lane.lateness,
+        ) as drawn:
+            if lane is not None:
+                lane.stats["credited_seconds"] = lane.lateness.credited
+                lane.stats["requests"] += 1
+                lane.stats["model_seconds"] += drawn
+                lane.stats["request_seconds"] += loop.time() - started
             yield
 
     async def _throttle(self) -> None:

@@ -34,7 +34,8 @@ from collections.abc import AsyncIterator, Mapping
 from typing import NamedTuple, Protocol
 
 __all__ = [
-    "NO_LATENCY", "REAL_SERVER", "Latency", "LatencyModel", "ObjectPath", "uniform_writes",
+    "NO_LATENCY", "REAL_SERVER", "Latency", "LatencyModel", "Lateness", "ObjectPath",
+    "uniform_writes",
 ]  # fmt: skip
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -91,6 +92,19 @@ class LatencyModel:
     def enabled(self) -> bool:
         return bool(self.write or self.read or any(self.means.values()))
 
+    def scaled(self, factor: float) -> LatencyModel:
+        """The same model with every mean (the defaults and the workers' means too) times
+        `factor`: one server, uniformly slower (or faster); the spread and the seed kept."""
+        if factor < 0:
+            raise ValueError(f"a negative factor: {factor}")
+        return dataclasses.replace(
+            self,
+            means={name: mean * factor for name, mean in self.means.items()},
+            write=self.write * factor,
+            read=self.read * factor,
+            sequential={name: mean * factor for name, mean in self.sequential.items()},
+        )
+
 
 NO_LATENCY = LatencyModel()
 
@@ -139,6 +153,39 @@ REAL_SERVER = LatencyModel(
 """The real v1.36 server measured with kopf-csi f871e19 (`bench --latency real`)."""
 
 
+@dataclasses.dataclass
+class Lateness:
+    """What this process's event loop owes one client that sends its requests one after the
+    other (a KCM worker): how much later than their durations its waits ended.
+
+    The emulated server, its in-process clients, the driver and the benchmark's client share
+    one loop; when it is busy, a wait ends late (6-11 ms on average in the churn runs). A
+    worker whose every request ends late falls behind by that much per request, which no
+    server duration accounts for: a real client's wait ends when the answer arrives. With a
+    `Lateness`, a request's wait is shortened by what is owed (never below zero), and its own
+    lateness is owed in turn; so the worker's requests keep the model's pace on average, the
+    loop's lag no longer adding up over a queue. The worker forgets what is owed when its queue
+    runs empty (nothing waited behind it)."""
+
+    owed: float = 0.0
+    credited: float = 0.0
+    """Seconds taken off requests' waits in all."""
+
+    def forgive(self) -> None:
+        self.owed = 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        """`seconds`, less what is owed; then owe whatever this wait itself ended late."""
+        credit = min(seconds, self.owed)
+        self.owed -= credit
+        self.credited += credit
+        loop = asyncio.get_running_loop()
+        planned = seconds - credit
+        started = loop.time()
+        await asyncio.sleep(planned)
+        self.owed += max(0.0, loop.time() - started - planned)
+
+
 class Latency:
     """A model applied to the requests of one server: draws, and the per-object write order."""
 
@@ -158,27 +205,35 @@ class Latency:
 
     @contextlib.asynccontextmanager
     async def request(
-        self, method: str, target: Target | None, *, watch: bool, sequential: bool = False
-    ) -> AsyncIterator[None]:
+        self,
+        method: str,
+        target: Target | None,
+        *,
+        watch: bool,
+        sequential: bool = False,
+        lateness: Lateness | None = None,
+    ) -> AsyncIterator[float]:
         """Wait before the request is served (under the object's write order for a write of
-        one object); serve it inside the block. `sequential`: sent by a worker one request at
-        a time (`LatencyModel.sequential`)."""
+        one object); serve it inside the block, which is given the duration drawn (0 without
+        a model). `sequential`: sent by a worker one request at a time
+        (`LatencyModel.sequential`); `lateness`: that worker's account of this loop's lag."""
         if not self.model.enabled or watch or target is None:
-            yield
+            yield 0.0
             return
         resource = target.plural + (f"/{target.subresource}" if target.subresource else "")
         seconds = self.draw(method, resource, sequential=sequential)
+        sleep = asyncio.sleep if lateness is None else lateness.sleep
         if method not in WRITE_METHODS or target.name is None:  # reads, and creates, overlap
-            await asyncio.sleep(seconds)
-            yield
+            await sleep(seconds)
+            yield seconds
             return
         key = (target.plural, target.namespace, target.name)  # status and main: one object
         lock = self._writing.setdefault(key, asyncio.Lock())
         self._waiters[key] = self._waiters.get(key, 0) + 1
         try:
             async with lock:
-                await asyncio.sleep(seconds)
-                yield
+                await sleep(seconds)
+                yield seconds
         finally:
             self._waiters[key] -= 1
             if not self._waiters[key]:  # nobody else holds or waits: forget the object
