@@ -132,6 +132,16 @@ def _csi_streams(memo: Any) -> dict[str, int] | None:
     return {**states, "remembered_closed": len(h2._closed_streams)}
 
 
+def _connections(memo: Any) -> dict[str, int] | None:
+    """The API client's pool: connections in use and idle (each holds TLS buffers)."""
+    try:
+        connector = memo.api._api.rest_client.pool_manager.connector
+    except AttributeError:
+        return None
+    idle = sum(len(conns) for conns in list(connector._conns.values()))
+    return {"acquired": len(connector._acquired), "idle": idle}
+
+
 def _memory(limit: int = 25) -> dict[str, Any]:
     """Live memory by allocation site (file:line, traced frames only), largest first."""
     if not tracemalloc.is_tracing():
@@ -175,7 +185,7 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = operator._loop  # the operator's own loop, in its thread
     assert loop is not None
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
-    growth = Growth(loop)
+    growth = Growth(loop, extra=lambda: {"connections": _connections(operator.memo)})
     _say({"ready": True, "pid": os.getpid(), "modules": list(operator.modules)})
     try:
         while True:
