@@ -30,6 +30,7 @@ import math
 import pathlib
 
 from devtools.bench import Options, run_attach, run_churn, run_claims, run_scale
+from devtools.bench.looplag import LagProbe
 from devtools.bench.procfs import MiB
 from devtools.bench.progress import Progress
 from devtools.bench.report import (
@@ -199,7 +200,10 @@ async def test_attach_run_attaches_and_detaches_every_attachment(tmp_path: pathl
 
 
 async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -> None:
-    options = Options(churn=8, lifetime=1.5, duration=2, attached=0.5, workdir=tmp_path / "bench")
+    options = Options(
+        churn=8, lifetime=1.5, duration=2, attached=0.5, memory_every=1.0,
+        workdir=tmp_path / "bench",
+    )  # fmt: skip
     report = await run_churn(options, Progress(enabled=False))
 
     assert report["claims"] == 16
@@ -231,12 +235,37 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
     assert [t["name"] for t in report["targets"]] == [
         "CPU per volume, create + delete", "RSS, last third minus first",
     ]  # fmt: skip
+    looks = report["growth"]  # `--memory-every`: the first look, one a second, the settled one
+    assert len(looks) >= 3
+    for look in looks:
+        assert look["objects"] > 0
+        assert look["threads"]["python"].get("kopf-operator") == 1
+        assert look["connections"]["acquired"] + look["connections"]["idle"] >= 1
+        assert all(c["len"] >= 256 for c in look["containers"])
+    assert all("containers_grown" in look for look in looks[1:])
     text = format_churn(report)
     for label in ("claim -> PV, p50 / p90 / p99 / max", "delete -> PV gone", "CPU per volume",
                   "RSS, thirds", "by resource", "writes per volume, all clients",
                   "event-loop lag", "in-flight journal", "claims queue", "connection pool",
-                  "lab: Go sidecars"):  # fmt: skip
+                  "lab: Go sidecars", "look by look"):  # fmt: skip
         assert label in text, label
+
+
+def test_the_lag_probe_holds_its_memory_from_the_start() -> None:
+    """It runs in the operator's process, whose RSS churn mode watches for growth."""
+    probe = LagProbe(interval=0.01, keep=1000)
+    held = probe._dues.buffer_info(), probe._lags.buffer_info()
+    assert held[0][1] == held[1][1] == 1000
+    for _ in range(1500):  # more samples than it keeps
+        probe._tick(_NoLoop())
+    assert (probe._dues.buffer_info(), probe._lags.buffer_info()) == held  # nothing grew
+    assert len(probe.samples) == 1000
+    assert probe.summary()["samples"] == 1000
+
+
+class _NoLoop:
+    def call_later(self, *_: object) -> None:
+        return None
 
 
 def test_burst_targets_are_judged_against_the_go_sidecars() -> None:
