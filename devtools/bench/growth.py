@@ -89,7 +89,8 @@ class Growth:
         self._containers: dict[int, tuple[int, str]] | None = None
         self._started = time.perf_counter()
 
-    def look(self) -> dict[str, Any]:
+    def look(self, *, walk: bool = False) -> dict[str, Any]:
+        """One look; with `walk`, the containers too (`_grown_containers`)."""
         gc.collect()
         types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
         answer: dict[str, Any] = {
@@ -99,7 +100,6 @@ class Growth:
             "threads": _threads(),
             **heap_figures(),
         }
-        answer.update(self._grown_containers())
         if self._extra is not None:
             answer.update(self._extra())
         if self._types is not None:
@@ -109,6 +109,8 @@ class Growth:
         self._types = types
         if tracemalloc.is_tracing():
             answer.update(self._traced())
+        if walk:
+            answer.update(self._grown_containers())
         return answer
 
     def _tasks(self) -> int | None:
@@ -168,17 +170,21 @@ class Growth:
     def _grown_containers(self) -> dict[str, Any]:
         """Containers of at least `CONTAINER_MIN` items reachable from the modules or from the
         collector's objects (the frozen start-up heap included, and dicts of atoms the
-        collector does not track), and those that grew since the previous look."""
+        collector does not track), and those that grew since the previous walk. Its set of
+        the ids seen and its stack take several MiB for a moment: glibc keeps them in the RSS
+        until the operator's next trim (a look without the walk does not)."""
         found: dict[int, tuple[int, int, str]] = {}  # id -> (len, bytes, where)
         seen: set[int] = set()
         stack: list[tuple[Any, str]] = [(sys.modules, "sys.modules")]
         stack += [(o, type(o).__qualname__) for o in gc.get_objects()]
+        mine = (self, self._types, self._big, self._containers, self._snapshot, seen, stack)
+        own = {id(o) for o in mine}
         while stack:
             obj, where = stack.pop()
             if id(obj) in seen:
                 continue
             seen.add(id(obj))
-            if obj is seen or obj is stack:
+            if id(obj) in own:  # the walk's and the looks' own state
                 continue
             if isinstance(obj, _CONTAINERS):
                 size = len(obj)

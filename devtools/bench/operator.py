@@ -10,7 +10,8 @@ otherwise), and talks to its parent over stdin and stdout, one JSON line each wa
 - ``stats`` on stdin: it prints the cache sizes and the work queues' state;
 - ``gc``: a full garbage collection, and how many objects it freed and tracks;
 - ``memory`` (with ``--tracemalloc``): the top allocation sites of live memory;
-- ``growth``: what grew since the previous ``growth`` (`devtools.bench.growth`);
+- ``growth``: what grew since the previous ``growth`` (`devtools.bench.growth`); ``growth
+  walk``: the containers too;
 - ``waits SINCE UNTIL`` (perf_counter seconds): where claims waited (`devtools.bench.waits`),
   the event loop's lag among them, and its worst lag per 100 ms between the two moments;
 - ``stop``, or the end of stdin (the parent is gone): it stops kopf and exits.
@@ -199,8 +200,8 @@ async def _serve(args: argparse.Namespace) -> int:
                 _say({"collected": gc.collect(), "objects": len(gc.get_objects())})
             elif command == "memory":
                 _say(_memory())
-            elif command == "growth":
-                _say(growth.look())
+            elif command in ("growth", "growth walk"):
+                _say(growth.look(walk=command == "growth walk"))
             elif command.startswith("waits"):
                 since, until = (float(word) for word in command.split()[1:3])
                 _say(
