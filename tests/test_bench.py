@@ -32,6 +32,8 @@ import math
 import pathlib
 
 from devtools.bench import Options, run_attach, run_churn, run_claims, run_scale
+from devtools.bench.growth import Growth
+from devtools.bench.looplag import LagProbe
 from devtools.bench.procfs import MiB
 from devtools.bench.progress import Progress
 from devtools.bench.report import (
@@ -202,7 +204,10 @@ async def test_attach_run_attaches_and_detaches_every_attachment(tmp_path: pathl
 
 
 async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -> None:
-    options = Options(churn=8, lifetime=1.5, duration=2, attached=0.5, workdir=tmp_path / "bench")
+    options = Options(
+        churn=8, lifetime=1.5, duration=2, attached=0.5, memory_every=1.0,
+        workdir=tmp_path / "bench",
+    )  # fmt: skip
     report = await run_churn(options, Progress(enabled=False))
 
     assert report["claims"] == 16
@@ -213,9 +218,9 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
         assert 0 < figures["p50_ms"] <= figures["p90_ms"] <= figures["p99_ms"] <= figures["max_ms"]
     assert report["latency_to_attached"]["count"] == 8  # made by the KCM stand-in, attached
     assert report["pvs_left"] == report["driver_volumes_left"] == 0
-    # both rounded from the same CPU time: equal to within the rounding
+    # Both are rounded from the same CPU time: cpu_seconds to 10 ms, so 0.005 s / 16 apart at most
     per_volume = report["cpu_seconds"] * 1000 / 16
-    assert math.isclose(report["cpu_ms_per_volume"], per_volume, abs_tol=0.01)
+    assert abs(report["cpu_ms_per_volume"] - per_volume) <= 5 / 16 + 0.005
     assert len(report["rss_thirds_mib"]) == 3
     assert report["rss_samples"] >= 3
     assert report["cpu_ms_per_second"]
@@ -242,11 +247,19 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
     assert [t["name"] for t in report["targets"]] == [
         "CPU per volume, create + delete", "RSS, last third minus first",
     ]  # fmt: skip
+    looks = report["growth"]  # `--memory-every`: the first look, one a second, the settled one
+    assert len(looks) >= 3
+    for look in looks:
+        assert look["objects"] > 0
+        assert look["threads"]["python"].get("kopf-operator") == 1
+        assert look["connections"]["acquired"] + look["connections"]["idle"] >= 1
+        assert "containers" not in look  # no walk unless asked: it takes MiBs for a moment
     text = format_churn(report)
     for label in ("claim -> PV, p50 / p90 / p99 / max", "delete -> PV gone", "CPU per volume",
                   "RSS, thirds", "by resource", "writes per volume, all clients",
                   "event-loop lag", "in-flight journal", "claims queue", "connection pool",
-                  "lab: Go sidecars", "KCM stand-in's workers", "claims busy"):  # fmt: skip
+                  "lab: Go sidecars", "KCM stand-in's workers", "claims busy",
+                  "look by look"):  # fmt: skip
         assert label in text, label
 
 
@@ -261,6 +274,39 @@ def test_the_server_load_factor_scales_the_latency_model() -> None:
         "POST", "persistentvolumes"
     )
     assert Options(churn=20, latency="none").latency_model is None
+
+
+_GROWING: dict[str, str] = {}
+
+
+def test_a_walk_finds_the_containers_that_grew() -> None:
+    growth = Growth(None)
+    assert "containers" not in growth.look()
+    growth.look(walk=True)
+    _GROWING.update((f"uid-{i}", f"name-{i}") for i in range(1000))  # atoms: gc does not track
+    look = growth.look(walk=True)
+    grown = [c for c in look["containers_grown"] if c["what"].endswith("['_GROWING']")]
+    assert [(c["by"], c["len"]) for c in grown] == [(1000, 1000)]
+    assert id(growth._types) not in growth._containers  # not its own state (a Counter of types)
+    assert all(c["len"] >= 256 for c in look["containers"])
+    _GROWING.clear()
+
+
+def test_the_lag_probe_holds_its_memory_from_the_start() -> None:
+    """It runs in the operator's process, whose RSS churn mode watches for growth."""
+    probe = LagProbe(interval=0.01, keep=1000)
+    held = probe._dues.buffer_info(), probe._lags.buffer_info()
+    assert held[0][1] == held[1][1] == 1000
+    for _ in range(1500):  # more samples than it keeps
+        probe._tick(_NoLoop())
+    assert (probe._dues.buffer_info(), probe._lags.buffer_info()) == held  # nothing grew
+    assert len(probe.samples) == 1000
+    assert probe.summary()["samples"] == 1000
+
+
+class _NoLoop:
+    def call_later(self, *_: object) -> None:
+        return None
 
 
 def test_burst_targets_are_judged_against_the_go_sidecars() -> None:

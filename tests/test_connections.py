@@ -6,7 +6,9 @@ about 100 at once, and each request then waited 50-300 ms for its own (docs/benc
 We test these aspects:
 - `warm(n)` opens n connections at once; n requests at once afterwards open none;
 - an idle connection is kept for `KEEPALIVE` seconds (aiohttp's default is 15 s);
-- `warm` never opens more than the pool's limit.
+- `warm` never opens more than the pool's limit;
+- the pool hands out its newest idle connection, so that the connections a past peak opened
+  idle out under a steady flow of requests (round robin kept them all: RSS grew under churn).
 """
 
 from __future__ import annotations
@@ -60,6 +62,35 @@ async def test_warmed_connections_serve_a_burst(
 async def test_idle_connections_are_kept_a_minute(api: kube.KubeClient) -> None:
     connector = api._api.rest_client.pool_manager.connector
     assert connector._keepalive_timeout == kube.KEEPALIVE == 60.0
+
+
+def _idle(api: kube.KubeClient) -> list[tuple[Any, float]]:
+    connector = api._api.rest_client.pool_manager.connector
+    return [pair for pairs in connector._conns.values() for pair in pairs]
+
+
+async def test_the_newest_idle_connection_is_reused(api: kube.KubeClient) -> None:
+    opened = _count_new_connections(api)
+    assert await api.warm(5) == 5
+    warmed = {id(proto): released for proto, released in _idle(api)}
+    assert len(warmed) == 5
+    for i in range(8):  # one at a time: each finds all five idle
+        await api.get(kube.CONFIGMAPS, f"cm-{i}", "default")
+    assert len(opened) == 5
+    reused = [proto for proto, released in _idle(api) if released != warmed[id(proto)]]
+    assert len(reused) == 1  # round robin would have used all five
+
+
+async def test_connections_beyond_the_recent_need_idle_out(api: kube.KubeClient) -> None:
+    connector = api._api.rest_client.pool_manager.connector
+    connector._keepalive_timeout = 0.5  # KEEPALIVE, shortened
+    assert await api.warm(5) == 5
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 2.0
+    while loop.time() < until:  # a steady flow of one request at a time
+        await api.get(kube.CONFIGMAPS, "cm", "default")
+        await asyncio.sleep(0.02)
+    assert len(_idle(api)) == 1
 
 
 async def test_warming_stays_within_the_pool(

@@ -8,13 +8,21 @@ We test these aspects:
 - a full collection then leaves them alone: it scans far fewer objects than are frozen;
 - at stop they are the collector's again;
 - a heap its process froze already (the kit's test process, an embedding application) is
-  left as it is: nothing more frozen at the start, nothing thawed at the stop.
+  left as it is: nothing more frozen at the start, nothing thawed at the stop;
+- the C heap's free pages are given back every `TRIM_INTERVAL` while the operator runs
+  (glibc's `malloc_trim`), and it is a no-op where there is no glibc.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import itertools
+import os
 
+import pytest
+
+from kopf_csi import heap
 from kopf_csi.driver import Driver
 from kopf_csi.settings import Settings
 from kopf_csi.testing.emulator import EmulatedCluster
@@ -49,3 +57,62 @@ async def test_a_heap_the_process_froze_is_left_as_it_is(
     finally:
         await operator.stop()
     assert gc.get_freeze_count() > frozen // 2  # still the process's, not thawed
+
+
+async def test_the_c_heap_is_trimmed_while_the_operator_runs(
+    cluster: EmulatedCluster, driver: Driver, settings: Settings
+) -> None:
+    operator = OperatorThread(settings=settings)
+    await operator.start()
+    try:
+        trimmer = operator.memo.heap_trimmer
+        assert isinstance(trimmer, heap.Trimmer)
+        assert trimmer.interval == heap.TRIM_INTERVAL
+        assert (trimmer._handle is not None) == trimmer.available  # started, where it can
+    finally:
+        await operator.stop()
+    assert trimmer._handle is None  # stopped with the operator
+
+
+async def test_the_trimmer_trims_every_interval_until_stopped() -> None:
+    calls: list[float] = []
+    third = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def trim() -> bool:
+        calls.append(loop.time())
+        if len(calls) == 3:
+            third.set()
+        return True
+
+    trimmer = heap.Trimmer(0.05, function=trim)
+    trimmer.start()
+    await asyncio.wait_for(third.wait(), 5.0)
+    await trimmer.stop()
+    assert trimmer.trims == len(calls) == 3
+    assert all(b - a >= 0.049 for a, b in itertools.pairwise(calls))  # an interval apart
+    await asyncio.sleep(0.15)
+    assert trimmer.trims == len(calls)  # nothing after the stop
+
+
+@pytest.mark.skipif(heap._MALLOC_TRIM is None, reason="glibc's malloc_trim only")
+def test_trimming_gives_freed_pages_back() -> None:
+    blocks = [bytearray(b"\x01") * (64 * 1024) for _ in range(400)]  # 25 MiB, touched, each
+    # below the mmap threshold: in the arena
+    keep = blocks[-1]  # holds the arena's top: free() alone cannot shrink it
+    del blocks[:-1]
+    before = _rss()
+    assert heap.trim() is True
+    assert _rss() < before - 10 * 1024 * 1024
+    del keep
+
+
+def test_trimming_is_a_no_op_without_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap, "_MALLOC_TRIM", None)
+    assert heap.trim() is False
+    assert heap.Trimmer().available is False
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -138,7 +138,7 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
 
         async def looker() -> None:  # `--memory-every`: what grew in the operator
             while not stop_looking.is_set():  # never cancelled mid-answer: the pipe stays in step
-                growth.append(await env.operator.growth())
+                growth.append(await env.operator.growth(walk=options.memory_walk))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop_looking.wait(), options.memory_every)
 
@@ -265,8 +265,8 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
             "stuck_claims": [f"churn-{index:05d}" for index in stuck],
             "bench_cpu_seconds": round(procfs.cpu_seconds(os.getpid()) - bench_cpu, 2),
         }
-        if growth:
-            growth.append(await env.operator.growth())  # settled: all claims gone
+        if growth:  # and one more look, settled: all claims gone
+            growth.append(await env.operator.growth(walk=options.memory_walk))
             result["growth"] = growth
         result["targets"] = _targets(result, lab=(rate, lifetime, duration) == (20, 30, 90))
     return result

@@ -10,7 +10,8 @@ otherwise), and talks to its parent over stdin and stdout, one JSON line each wa
 - ``stats`` on stdin: it prints the cache sizes and the work queues' state;
 - ``gc``: a full garbage collection, and how many objects it freed and tracks;
 - ``memory`` (with ``--tracemalloc``): the top allocation sites of live memory;
-- ``growth``: what grew since the previous ``growth`` (`devtools.bench.growth`);
+- ``growth``: what grew since the previous ``growth`` (`devtools.bench.growth`); ``growth
+  walk``: the containers too;
 - ``waits SINCE UNTIL`` (perf_counter seconds): where claims waited (`devtools.bench.waits`),
   the event loop's lag among them, and its worst lag per 100 ms between the two moments;
 - ``stop``, or the end of stdin (the parent is gone): it stops kopf and exits.
@@ -133,6 +134,16 @@ def _csi_streams(memo: Any) -> dict[str, int] | None:
     return {**states, "remembered_closed": len(h2._closed_streams)}
 
 
+def _connections(memo: Any) -> dict[str, int] | None:
+    """The API client's pool: connections in use and idle (each holds TLS buffers)."""
+    try:
+        connector = memo.api._api.rest_client.pool_manager.connector
+    except AttributeError:
+        return None
+    idle = sum(len(conns) for conns in list(connector._conns.values()))
+    return {"acquired": len(connector._acquired), "idle": idle}
+
+
 def _memory(limit: int = 25) -> dict[str, Any]:
     """Live memory by allocation site (file:line, traced frames only), largest first."""
     if not tracemalloc.is_tracing():
@@ -181,7 +192,7 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = operator._loop  # the operator's own loop, in its thread
     assert loop is not None
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
-    growth = Growth(loop)
+    growth = Growth(loop, extra=lambda: {"connections": _connections(operator.memo)})
     _say(
         {
             "ready": True, "pid": os.getpid(), "modules": list(operator.modules),
@@ -200,8 +211,8 @@ async def _serve(args: argparse.Namespace) -> int:
                 _say({"collected": gc.collect(), "objects": len(gc.get_objects())})
             elif command == "memory":
                 _say(_memory())
-            elif command == "growth":
-                _say(growth.look())
+            elif command in ("growth", "growth walk"):
+                _say(growth.look(walk=command == "growth walk"))
             elif command.startswith("waits"):
                 since, until = (float(word) for word in command.split()[1:3])
                 _say(

@@ -120,9 +120,10 @@ class OperatorProcess:
         await self._send("memory")
         return await asyncio.wait_for(self._read(), 120.0)
 
-    async def growth(self) -> dict[str, Any]:
-        """What grew in the operator since the previous call (`devtools.bench.growth`)."""
-        await self._send("growth")
+    async def growth(self, *, walk: bool = False) -> dict[str, Any]:
+        """What grew in the operator since the previous call (`devtools.bench.growth`); with
+        `walk`, the containers too."""
+        await self._send("growth walk" if walk else "growth")
         return await asyncio.wait_for(self._read(), 120.0)
 
     async def waits(self, since: float, until: float) -> dict[str, Any]:

@@ -611,12 +611,21 @@ def _growth(looks: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{look['py_blocks']} blocks, malloc used {look.get('malloc_used_kib')} / free "
             f"{look.get('malloc_free_kib')} KiB"
             + (f", traced {look['traced_kib']} KiB" if "traced_kib" in look else "")
+            + (f" (over 512 B: {look['big_kib']} KiB)" if "big_kib" in look else "")
+            + (f", threads {look['threads']}" if "threads" in look else "")
+            + (f", API connections {look['connections']}" if "connections" in look else "")
         )
     for look in looks[1:]:
         types = ", ".join(f"{name} +{n}" for name, n in look.get("types", [])[:6])
         lines.append(f"    grown by {look['at']:g} s: {types or 'nothing'}")
         for grown in look.get("grown", [])[:4]:
             lines.append(f"      +{grown['kib']} KiB {grown['blocks']:+d}: {grown['where'][-1]}")
+        for grown in look.get("big_grown", [])[:4]:
+            lines.append(
+                f"      over 512 B: +{grown['kib']} KiB {grown['blocks']:+d}: {grown['where'][-1]}"
+            )
+        for grown in look.get("containers_grown", [])[:4]:
+            lines.append(f"      container +{grown['by']} to {grown['len']}: {grown['what']}")
     return lines
 
 

@@ -153,6 +153,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the malloc heap; by traceback with --tracemalloc); costs the operator CPU",
     )  # fmt: skip
     parser.add_argument(
+        "--memory-walk", action="store_true",
+        help="with --memory-every: also the containers of 256 items or more and those that "
+        "grew (walks every reachable object: distorts the RSS by several MiB)",
+    )  # fmt: skip
+    parser.add_argument(
         "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="the operator's log level (INFO, as `kopf-csi run` by default)",
     )  # fmt: skip
@@ -197,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         profile=args.profile,
         tracemalloc=args.tracemalloc,
         memory_every=args.memory_every,
+        memory_walk=args.memory_walk,
         log_level=args.log_level,
         write_latency=args.write_latency,
         tls=args.tls,

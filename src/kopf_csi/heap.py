@@ -12,6 +12,12 @@ collection, so no garbage is frozen): a full pass then scans only what was made 
 Frozen objects are still freed by reference counting; a cycle among them is kept until
 `thaw()` (at stop), when they go back to the oldest generation.
 
+The C heap is given back to the kernel every `TRIM_INTERVAL` seconds (`Trimmer`, glibc only):
+glibc's `free` returns memory only from the top of an arena, so after a peak the pages of
+freed blocks below live ones stay in the RSS (under churn, 10-25 MiB free inside the arenas
+and the RSS at its high-water mark); `malloc_trim(0)` gives those pages back
+(docs/benchmarks.md, "RSS over 10 minutes"; docs/decisions.md, "Memory").
+
 A heap its process froze already (an application that embeds the operator, the testing kit's
 test process) is that process's: the operator neither collects it again nor thaws it at stop.
 The full collection is of the whole process: in a test process of 200,000-250,000 objects it
@@ -21,9 +27,22 @@ held the operator's loop 0.2-1 s at every start, long enough on a loaded machine
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import ctypes.util
 import gc
+import time
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["freeze_startup", "thaw"]
+import structlog
+
+__all__ = ["TRIM_INTERVAL", "Trimmer", "freeze_startup", "thaw", "trim"]
+
+_log = structlog.get_logger(__name__)
+
+TRIM_INTERVAL = 60.0
+"""Seconds between two `trim`s while the operator runs."""
 
 
 _OURS = False
@@ -48,3 +67,63 @@ async def thaw() -> None:
     if _OURS:
         gc.unfreeze()
         _OURS = False
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, or None (musl, macOS, ...: then `trim` does nothing)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        function: Any = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return function  # type: ignore[no-any-return]
+
+
+_MALLOC_TRIM = _find_malloc_trim()
+
+
+def trim() -> bool:
+    """Give the free pages of every glibc arena back to the kernel (`malloc_trim(0)`): whether
+    there was anything to give back; False where the C library is not glibc."""
+    return _MALLOC_TRIM is not None and _MALLOC_TRIM(0) == 1
+
+
+class Trimmer:
+    """`trim` every `interval` seconds on the running loop, from `start` until `stop`."""
+
+    def __init__(self, interval: float = TRIM_INTERVAL, *, function: Callable[[], bool] = trim):
+        self.interval = interval
+        self.trims = 0
+        self._function = function
+        self._handle: asyncio.TimerHandle | None = None
+
+    @property
+    def available(self) -> bool:
+        return self._function is not trim or _MALLOC_TRIM is not None
+
+    def start(self) -> None:
+        """Start (on the running loop); nothing where there is no `malloc_trim`."""
+        if self.available and self._handle is None:
+            self._schedule(asyncio.get_running_loop())
+
+    async def stop(self) -> None:
+        """Stop trimming (a stopper: async)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._handle = loop.call_later(self.interval, self._tick, loop)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        started = time.perf_counter()
+        released = self._function()
+        self.trims += 1
+        _log.debug(
+            "heap_trimmed", released=released, seconds=round(time.perf_counter() - started, 4)
+        )
+        self._schedule(loop)

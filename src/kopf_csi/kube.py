@@ -383,6 +383,29 @@ def _limit_tls_reads(size: int) -> None:
     protocol.max_size = min(protocol.max_size, size)
 
 
+def _reuse_newest_first(connector: Any) -> None:
+    """Make the pool hand out its most recently released connection, as Go's `http.Transport`
+    does, so that connections beyond what the last `KEEPALIVE` seconds needed idle out.
+
+    aiohttp (3.10 on) keeps the idle connections in a deque, appends a released one on the
+    right and takes the next from the left: round robin over all of them. Under a steady flow
+    of requests, no connection then ever idles for `KEEPALIVE` seconds, and the pool stays at
+    the highest concurrency it ever saw, each connection holding its TLS state (asyncio's
+    `TLS_READ_SIZE` buffer, OpenSSL's buffers and BIOs: about 0.15 MiB). Under churn that peak
+    kept rising for the whole run, and the RSS with it (docs/benchmarks.md, "RSS over 10
+    minutes"). Turning the deque before each take makes the left end the newest: the deque
+    stays in release order, and the oldest connections are the ones left to expire."""
+    get = connector._get
+
+    async def newest_first(key: Any, traces: Any) -> Any:
+        idle = connector._conns.get(key)
+        if idle:
+            idle.rotate(1)  # the newest (the right end) to the left, where `_get` takes from
+        return await get(key, traces)
+
+    connector._get = newest_first
+
+
 def _environment_proxy(host: str) -> str | None:
     """`HTTPS_PROXY`/`HTTP_PROXY` for the API server, unless `NO_PROXY` exempts it."""
     parts = urllib.parse.urlsplit(host)
@@ -585,6 +608,7 @@ class KubeClient:
         # (below a server's idle timeout, so that it is the server that never closes first).
         connector: Any = api.rest_client.pool_manager.connector
         connector._keepalive_timeout = KEEPALIVE
+        _reuse_newest_first(connector)
         return cls(api, limits=Limits(qps, burst) if qps is not None else None)
 
     def observe(self, observer: RequestObserver) -> None:
