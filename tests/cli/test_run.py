@@ -152,6 +152,18 @@ async def test_bad_input_exits_2_with_one_line(
     assert message in lines[0]
 
 
+async def test_a_bad_event_loop_variable_exits_2_with_one_line(tmp_path: pathlib.Path) -> None:
+    env = _environment(KOPF_CSI_EVENT_LOOP="libuv")
+    process = await _kopf_csi("run", env=env, cwd=tmp_path)
+    stdout, stderr = await finished(process, 30)
+    assert process.returncode == 2
+    assert stdout == b""
+    lines = stderr.decode().splitlines()
+    assert lines == [
+        "kopf-csi run: error: KOPF_CSI_EVENT_LOOP='libuv' is not one of auto, uvloop, asyncio"
+    ]
+
+
 async def test_an_operator_that_cannot_start_exits_1(
     cluster: EmulatedCluster, kubeconfig: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
