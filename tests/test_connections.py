@@ -8,13 +8,17 @@ We test these aspects:
 - an idle connection is kept for `KEEPALIVE` seconds (aiohttp's default is 15 s);
 - `warm` never opens more than the pool's limit;
 - the pool hands out its newest idle connection, so that the connections a past peak opened
-  idle out under a steady flow of requests (round robin kept them all: RSS grew under churn).
+  idle out under a steady flow of requests (round robin kept them all: RSS grew under churn);
+- every TLS read asks for one record's plaintext at most, on asyncio's loop and uvloop's (256
+  KiB asked per read fragmented the C heap under churn), and a list far larger still arrives
+  whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import pathlib
+import ssl
 import types
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,7 +26,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kopf_csi import kube
+from kopf_csi import kube, loops
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.latency import Latency, LatencyModel
 
@@ -124,3 +128,46 @@ async def test_tls_reads_hold_a_small_buffer_and_lose_nothing(tmp_path: pathlib.
             assert pooled
             buffers = [len(proto.transport._ssl_protocol._ssl_buffer) for proto in pooled]
             assert all(0 < size <= kube.TLS_READ_SIZE for size in buffers)
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_tls_reads_ask_for_one_record_at_most(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, loop_name: str
+) -> None:
+    """uvloop read every TLS connection 256 KiB at a time (a 256 KiB allocation per read,
+    shrunk to what came): the operator's RSS grew under churn with its live memory flat."""
+    asked: list[int] = []
+    read = ssl.SSLObject.read
+
+    def spied(self: ssl.SSLObject, len: int = 1024, buffer: Any = None) -> Any:
+        if isinstance(self, kube._RecordReads):  # the client's connections, not the server's
+            asked.append(len)
+        return read(self, len, buffer)
+
+    monkeypatch.setattr(ssl.SSLObject, "read", spied)
+    blob = "x" * 50_000
+
+    async def listed() -> list[dict[str, Any]]:
+        async with EmulatedCluster(tls=True) as cluster:
+            for i in range(20):  # about 1 MB in one page: over 60 records
+                body = {
+                    "metadata": {"name": f"big-{i}", "namespace": "default"},
+                    "data": {"b": blob},
+                }
+                cluster.create("configmaps", body)
+            async with await kube.KubeClient.connect(
+                cluster.write_kubeconfig(tmp_path / "kubeconfig")
+            ) as api:
+                return await api.list(kube.CONFIGMAPS, "default")
+
+    loop = loops.new_event_loop(loop_name)
+    try:
+        items = loop.run_until_complete(listed())
+    finally:
+        loop.close()
+    assert sorted(item["metadata"]["name"] for item in items) == sorted(
+        f"big-{i}" for i in range(20)
+    )
+    assert all(item["data"]["b"] == blob for item in items)
+    assert len(asked) > 60  # a read per record at least
+    assert max(asked) <= kube.TLS_RECORD_SIZE

@@ -254,6 +254,7 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
                 "rss_peak": end.hwm,
                 "rss_end": end.rss,
                 "threads_peak": env.threads_peak,
+                "connections_opened": cluster.connections["operator"],
             },
             "kcm_clients": kcm_clients(env.kcm),
             "kcm_workers": env.kcm.worker_stats(),

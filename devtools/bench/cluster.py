@@ -149,6 +149,12 @@ class MeasuredCluster(EmulatedCluster):
             counts[(self._owners.get(connection, "unknown"), verb, plural, status)] += n
         return counts
 
+    @property
+    def connections(self) -> collections.Counter[str]:
+        """client -> connections it opened so far (TCP and, with TLS, a handshake each)."""
+        self._resolve()
+        return collections.Counter(self._owners.values())
+
     def counts(self, client: str = "operator") -> collections.Counter[tuple[str, str]]:
         """(verb, resource) -> requests so far, for one client."""
         return collections.Counter(

@@ -366,6 +366,12 @@ def _tally(figures: Mapping[str, Any] | None, unit: str = "") -> str:
     return text + (f", max {figures['max_ms']:g} ms" if "max_ms" in figures else "")
 
 
+def _opened(connections: int | None) -> str:
+    """`, 23 API connections opened`: a pool that closes and opens again costs handshakes and
+    leaves each connection's buffers to the allocator (an older report has no count)."""
+    return "" if connections is None else f", {connections} API connections opened"
+
+
 def _connections(waits: Mapping[str, Any]) -> str:
     if "new_connections" in waits and waits["new_connections"] is None:
         return "in the waits (untraced: the operator's own timing, as in churn mode)"
@@ -728,7 +734,8 @@ def format_churn(report: Mapping[str, Any]) -> str:
         f"{report['bench_cpu_seconds']:.1f} s",
         f"  operator: RSS {_mib(report['operator']['rss_idle'])} idle after start, peak "
         f"{_mib(report['operator']['rss_peak'])}, {_mib(report['operator']['rss_end'])} at the "
-        f"end; up to {report['operator']['threads_peak']} threads",
+        f"end; up to {report['operator']['threads_peak']} threads"
+        + _opened(report["operator"].get("connections_opened")),
         "  RSS every 10 s (MiB): " + " ".join(f"{v:g}" for v in report.get("rss_mib_by_10s", [])),
         *_growth(report.get("growth") or []),
         *(

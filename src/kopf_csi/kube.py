@@ -20,6 +20,7 @@ import inspect
 import os
 import pathlib
 import platform
+import ssl
 import sys
 import time
 import urllib.parse
@@ -100,6 +101,9 @@ of `SSLProtocol.max_size`, 256 KiB, allocated and zeroed when the connection ope
 of 100 connections, 25 MiB of the operator's peak RSS. 64 KiB still takes four TLS records
 per read; measured, 100 connections cost 245 instead of 627 KiB each (client and server
 together, docs/benchmarks.md)."""
+TLS_RECORD_SIZE = 16 * 1024
+"""The most plaintext one TLS record carries (RFC 8446, 5.1), and the most one read asks for
+(`_RecordReads`)."""
 WATCH_TIMEOUT = 300  # seconds a watch request runs before the server ends it (client-go: 5-10 min)
 """Objects per LIST page: client-go's pager and reflector use 500, and so do we (and kopf)."""
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -383,6 +387,30 @@ def _limit_tls_reads(size: int) -> None:
     protocol.max_size = min(protocol.max_size, size)
 
 
+class _RecordReads(ssl.SSLObject):
+    """A TLS connection whose reads ask for one record's plaintext at most (`TLS_RECORD_SIZE`).
+
+    uvloop reads a TLS connection with `SSLObject.read(256 KiB)` when the protocol above it is
+    not a buffered one (aiohttp's is not), and Python allocates the whole 256 KiB for each read,
+    then shrinks it to the bytes that came: hundreds of times a second under churn. The heads
+    kept alive while aiohttp holds the data, between the freed tails, fragmented the C heap, and
+    the operator's RSS grew about 1 MiB a minute at 20 claims a second while its live memory
+    stayed flat (docs/benchmarks.md, "RSS at 20/s: the TLS reads"). OpenSSL returns one
+    record's data per read at most, and both loops read again while data is pending: smaller
+    asks lose and delay nothing."""
+
+    def read(self, len: int = 1024, buffer: Any = None) -> Any:  # SSLObject's own names
+        return super().read(min(len, TLS_RECORD_SIZE), buffer)
+
+
+def _read_tls_by_records(connector: Any) -> None:
+    """Every TLS connection of this pool reads a record at a time (`_RecordReads`): through
+    the SSL context, which makes each connection's `SSLObject` on either loop."""
+    context = getattr(connector, "_ssl", None)
+    if isinstance(context, ssl.SSLContext):
+        context.sslobject_class = _RecordReads
+
+
 def _reuse_newest_first(connector: Any) -> None:
     """Make the pool hand out its most recently released connection, as Go's `http.Transport`
     does, so that connections beyond what the last `KEEPALIVE` seconds needed idle out.
@@ -609,6 +637,7 @@ class KubeClient:
         connector: Any = api.rest_client.pool_manager.connector
         connector._keepalive_timeout = KEEPALIVE
         _reuse_newest_first(connector)
+        _read_tls_by_records(connector)
         return cls(api, limits=Limits(qps, burst) if qps is not None else None)
 
     def observe(self, observer: RequestObserver) -> None:
