@@ -21,8 +21,8 @@ runs: the machine is shared and noisy. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -176,9 +176,8 @@ def codec() -> dict[str, float]:
     result: dict[str, float] = {}
     for name, message in messages.items():
         data = bytes(message)
-        result[f"bytes({name})"] = per_op(lambda message=message: bytes(message))
-        parse = type(message).parse
-        result[f"parse({name})"] = per_op(lambda parse=parse, data=data: parse(data))
+        result[f"bytes({name})"] = per_op(functools.partial(bytes, message))
+        result[f"parse({name})"] = per_op(functools.partial(type(message).parse, data))
     return result
 
 
@@ -201,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                 loop.close()
     per_call = {rpc: statistics.mean(run[rpc] for run in runs) for rpc in RPCS}
     # A volume under churn: CreateVolume, DeleteVolume, and a quarter each of the attach calls.
-    weights = {"CreateVolume": 1, "DeleteVolume": 1}
+    weights = {"CreateVolume": 1.0, "DeleteVolume": 1.0}
     weights |= {"ControllerPublishVolume": 0.25, "ControllerUnpublishVolume": 0.25}
     per_volume = sum(per_call[rpc] * weight for rpc, weight in weights.items())
     messages = codec()
