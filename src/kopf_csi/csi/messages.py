@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import betterproto2
 
+from kopf_csi.csi import speedups
 from kopf_csi.csi._generated.csi import v1 as _v1
 from kopf_csi.csi._generated.csi.v1 import *  # noqa: F403
 from kopf_csi.csi._generated.csi.v1 import __all__ as _generated_all
@@ -46,3 +47,4 @@ def _cache_type_hints(modules: Iterable[object]) -> None:
 
 
 _cache_type_hints([_v1, _wkt])
+speedups.install([_v1, _wkt])  # cached field defaults, a varint encoder without a stream
