@@ -10,7 +10,10 @@ We test these aspects:
 - a heap its process froze already (the kit's test process, an embedding application) is
   left as it is: nothing more frozen at the start, nothing thawed at the stop;
 - the C heap's free pages are given back every `TRIM_INTERVAL` while the operator runs
-  (glibc's `malloc_trim`), and it is a no-op where there is no glibc.
+  (glibc's `malloc_trim`), and it is a no-op where there is no glibc;
+- once the operator has started, a block of 256 KiB (uvloop's TLS buffer) is mapped on its
+  own even after a larger mapped block was freed (glibc's dynamic threshold would carve it out
+  of the heap); a user's own glibc malloc settings are left alone.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import asyncio
 import gc
 import itertools
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -60,11 +65,14 @@ async def test_a_heap_the_process_froze_is_left_as_it_is(
 
 
 async def test_the_c_heap_is_trimmed_while_the_operator_runs(
-    cluster: EmulatedCluster, driver: Driver, settings: Settings
+    cluster: EmulatedCluster, driver: Driver, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    fixed: list[bool] = []
+    monkeypatch.setattr(heap, "fix_mmap_threshold", lambda: fixed.append(True) or True)
     operator = OperatorThread(settings=settings)
     await operator.start()
     try:
+        assert fixed == [True]  # large blocks mapped on their own from the start on
         trimmer = operator.memo.heap_trimmer
         assert isinstance(trimmer, heap.Trimmer)
         assert trimmer.interval == heap.TRIM_INTERVAL
@@ -116,3 +124,48 @@ def test_trimming_is_a_no_op_without_glibc(monkeypatch: pytest.MonkeyPatch) -> N
 def _rss() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+_MAPPED_AFTER_A_FREE = """
+import ctypes, sys
+from kopf_csi import heap
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+mallinfo2.restype = Info
+if sys.argv[1] == "fixed":
+    assert heap.fix_mmap_threshold({})
+big = bytearray(4 << 20)  # mapped; once freed, glibc's dynamic threshold rises to its size
+del big
+before = mallinfo2().hblkhd
+block = bytearray(256 << 10)
+print(mallinfo2().hblkhd - before)
+"""
+
+
+@pytest.mark.skipif(heap._MALLOPT is None, reason="glibc's mallopt only")
+@pytest.mark.parametrize(("mode", "mapped"), [("fixed", True), ("glibc's default", False)])
+def test_large_blocks_stay_mapped_after_a_larger_one_is_freed(mode: str, mapped: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in heap._USER_SETTINGS}
+    probe = subprocess.run(
+        [sys.executable, "-c", _MAPPED_AFTER_A_FREE, mode],
+        capture_output=True, text=True, check=True, env=env, timeout=60,
+    )  # fmt: skip
+    grown = int(probe.stdout)
+    assert (grown >= 256 << 10) is mapped, grown
+
+
+def test_mmap_threshold_is_left_to_a_user_who_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(heap, "_MALLOPT", lambda param, value: calls.append((param, value)) or 1)
+    assert heap.fix_mmap_threshold({"MALLOC_MMAP_THRESHOLD_": "65536"}) is False
+    assert heap.fix_mmap_threshold({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"}) is False
+    assert calls == []
+    assert heap.fix_mmap_threshold({}) is True
+    assert calls == [(heap._M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD)]
+    monkeypatch.setattr(heap, "_MALLOPT", None)  # not glibc
+    assert heap.fix_mmap_threshold({}) is False

@@ -18,6 +18,13 @@ freed blocks below live ones stay in the RSS (under churn, 10-25 MiB free inside
 and the RSS at its high-water mark); `malloc_trim(0)` gives those pages back
 (docs/benchmarks.md, "RSS over 10 minutes"; docs/decisions.md, "Memory").
 
+Blocks of `MMAP_THRESHOLD` bytes or more are mapped on their own, always (`fix_mmap_threshold`,
+glibc only): glibc raises that threshold, by default, to the size of every mapped block freed
+(up to 32 MiB), so after the first TLS connection closes, every new connection's 256 KiB
+buffer (uvloop's, malloc'd and mostly never written) is carved out of the heap among live
+blocks, its pages resident, instead of mapped and left untouched: the RSS grew with each
+connection the API pool added under churn (docs/benchmarks.md, "RSS at 20/s: the TLS reads").
+
 A heap its process froze already (an application that embeds the operator, the testing kit's
 test process) is that process's: the operator neither collects it again nor thaws it at stop.
 The full collection is of the whole process: in a test process of 200,000-250,000 objects it
@@ -31,13 +38,17 @@ import asyncio
 import ctypes
 import ctypes.util
 import gc
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
-__all__ = ["TRIM_INTERVAL", "Trimmer", "freeze_startup", "thaw", "trim"]
+__all__ = [
+    "MMAP_THRESHOLD", "TRIM_INTERVAL", "Trimmer", "fix_mmap_threshold", "freeze_startup", "thaw",
+    "trim",
+]  # fmt: skip
 
 _log = structlog.get_logger(__name__)
 
@@ -84,6 +95,38 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _find_malloc_trim()
+
+MMAP_THRESHOLD = 128 * 1024
+"""Bytes from which a block is mapped on its own (glibc's own starting value, kept fixed)."""
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter (malloc.h)
+_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+
+
+def _find_mallopt() -> Callable[[int, int], int] | None:
+    """glibc's `mallopt`, or None where the C library is not glibc."""
+    if _MALLOC_TRIM is None:  # not glibc (musl has no malloc_trim, and no such thresholds)
+        return None
+    name = ctypes.util.find_library("c")
+    try:
+        function: Any = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function  # type: ignore[no-any-return]
+
+
+_MALLOPT = _find_mallopt()
+
+
+def fix_mmap_threshold(environ: Mapping[str, str] | None = None) -> bool:
+    """Map every block of `MMAP_THRESHOLD` bytes or more on its own, for good (glibc's dynamic
+    threshold off): whether it was set. Left alone where the C library is not glibc, and where
+    the user tuned glibc's malloc through its environment variables (theirs wins)."""
+    environ = os.environ if environ is None else environ
+    if _MALLOPT is None or any(environ.get(name) for name in _USER_SETTINGS):
+        return False
+    return _MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
 
 
 def trim() -> bool:

@@ -188,8 +188,10 @@ async def wait_for_driver(memo: Any, *, timeout: float | None = None) -> bool:
 async def mark_started(memo: Any, **_: Any) -> None:
     """The last start-up handler (kopf runs them one by one, in order): all others have run.
     The start-up heap is frozen (`kopf_csi.heap`): no full GC pass scans it during a burst;
-    and from now on the C heap's free pages are given back every minute (`heap.Trimmer`)."""
+    and from now on the C heap's free pages are given back every minute (`heap.Trimmer`), and
+    its large blocks are mapped on their own (`heap.fix_mmap_threshold`)."""
     frozen = heap.freeze_startup()
+    heap.fix_mmap_threshold()
     stoppers = getattr(memo, "stoppers", None)
     if isinstance(stoppers, list):
         stoppers.insert(0, heap.thaw)  # stoppers run in reverse: this one last
