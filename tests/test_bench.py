@@ -284,7 +284,11 @@ _GROWING: dict[str, str] = {}
 
 def test_a_walk_finds_the_containers_that_grew() -> None:
     growth = Growth(None)
-    assert "containers" not in growth.look()
+    first = growth.look()
+    assert "containers" not in first
+    # pymalloc's arenas (read from its C-level stats): what Python's small objects hold
+    assert first["py_arenas"] >= 1
+    assert 0 < first["py_block_bytes"] <= first["py_arenas"] * 1024 * 1024
     growth.look(walk=True)
     _GROWING.update((f"uid-{i}", f"name-{i}") for i in range(1000))  # atoms: gc does not track
     look = growth.look(walk=True)

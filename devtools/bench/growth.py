@@ -21,6 +21,7 @@ import ctypes.util
 import gc
 import os
 import sys
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -57,9 +58,39 @@ def _libc() -> Any:
 _LIBC = _libc()
 
 
+_PYMALLOC_LINES = {
+    "# arenas allocated current": "py_arenas",
+    "# arenas reclaimed": "py_arenas_freed",
+    "# bytes in allocated blocks": "py_block_bytes",
+}
+
+
+def pymalloc_figures() -> dict[str, int]:
+    """pymalloc's arenas (1 MiB each; one is given back only once all its blocks are free) and
+    the bytes its live blocks take, from `sys._debugmallocstats()` (written to the C stderr:
+    read back through a temporary file); empty where it says nothing of them."""
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        try:
+            os.dup2(captured.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        text = captured.read().decode("utf-8", "replace")
+    figures: dict[str, int] = {}
+    for line in text.splitlines():
+        label, _, value = line.partition("=")
+        key = _PYMALLOC_LINES.get(label.strip())
+        if key is not None and value.strip():
+            figures[key] = int(value.strip().replace(",", ""))
+    return figures
+
+
 def heap_figures() -> dict[str, int]:
     """glibc's main figures (KiB) and pymalloc's allocated blocks; empty parts where absent."""
-    figures: dict[str, int] = {"py_blocks": sys.getallocatedblocks()}
+    figures: dict[str, int] = {"py_blocks": sys.getallocatedblocks(), **pymalloc_figures()}
     mallinfo2 = getattr(_LIBC, "mallinfo2", None)
     if mallinfo2 is not None:
         mallinfo2.restype = _MallInfo2

@@ -614,7 +614,14 @@ def _growth(looks: Sequence[Mapping[str, Any]]) -> list[str]:
     for look in looks:
         lines.append(
             f"    {look['at']:>6g} s: {look['objects']} objects, {look.get('tasks')} tasks, "
-            f"{look['py_blocks']} blocks, malloc used {look.get('malloc_used_kib')} / free "
+            f"{look['py_blocks']} blocks"
+            + (
+                f" in {look['py_arenas']} pymalloc arenas ({look['py_block_bytes'] // 1024} KiB"
+                f" used, {look.get('py_arenas_freed', 0)} freed so far)"
+                if "py_arenas" in look and "py_block_bytes" in look
+                else ""
+            )
+            + f", malloc used {look.get('malloc_used_kib')} / free "
             f"{look.get('malloc_free_kib')} KiB"
             + (f", traced {look['traced_kib']} KiB" if "traced_kib" in look else "")
             + (f" (over 512 B: {look['big_kib']} KiB)" if "big_kib" in look else "")
