@@ -240,6 +240,7 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
     # the operator's own connections (warmed at its start, and any opened for more at once)
     assert report["operator"]["connections_opened"] >= 1
     assert "API connections opened" in format_churn(report)
+    assert "per second of it" in format_churn(report)  # the machine-speed yardstick for pairs
     assert report["operator_events"].get("ProvisioningSucceeded") == 16
     config = report["config"]  # the churn's defaults: the model as measured, KCM's resync
     assert (config["server_load"], config["kcm_resync_seconds"]) == (1.0, 15.0)

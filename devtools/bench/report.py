@@ -366,6 +366,18 @@ def _tally(figures: Mapping[str, Any] | None, unit: str = "") -> str:
     return text + (f", max {figures['max_ms']:g} ms" if "max_ms" in figures else "")
 
 
+def _yardstick(report: Mapping[str, Any]) -> str:
+    """`; the operator's CPU per volume (ms) per second of it: 0.172`. The benchmark process
+    emulates the same API, KCM and driver for the same claims in every run, so its CPU follows
+    the machine's speed of the moment; the quotient takes that out of A/B pairs (single runs of
+    one revision differed by a third; docs/benchmarks.md, "CPU per volume, fourth session")."""
+    bench = report.get("bench_cpu_seconds") or 0.0
+    if bench <= 0:
+        return ""
+    ratio = report["cpu_ms_per_volume"] / bench
+    return f"; the operator's CPU per volume (ms) per second of it: {ratio:.3f}"
+
+
 def _opened(connections: int | None) -> str:
     """`, 23 API connections opened`: a pool that closes and opens again costs handshakes and
     leaves each connection's buffers to the allocator (an older report has no count)."""
@@ -738,7 +750,7 @@ def format_churn(report: Mapping[str, Any]) -> str:
         "    QPS limiter (per role): " + _limiter(waits.get("qps_limiter")),
         f"  the benchmark process's loop: lag mean {bench.get('mean_ms', 0):g} ms, p99 "
         f"{bench.get('p99_ms', 0):g} ms, max {bench.get('max_ms', 0):g} ms; its CPU "
-        f"{report['bench_cpu_seconds']:.1f} s",
+        f"{report['bench_cpu_seconds']:.1f} s" + _yardstick(report),
         f"  operator: RSS {_mib(report['operator']['rss_idle'])} idle after start, peak "
         f"{_mib(report['operator']['rss_peak'])}, {_mib(report['operator']['rss_end'])} at the "
         f"end; up to {report['operator']['threads_peak']} threads"
