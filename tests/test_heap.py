@@ -150,7 +150,9 @@ print(mallinfo2().hblkhd - before)
 @pytest.mark.skipif(heap._MALLOPT is None, reason="glibc's mallopt only")
 @pytest.mark.parametrize(("mode", "mapped"), [("fixed", True), ("glibc's default", False)])
 def test_large_blocks_stay_mapped_after_a_larger_one_is_freed(mode: str, mapped: bool) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in heap._USER_SETTINGS}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+    }
     probe = subprocess.run(
         [sys.executable, "-c", _MAPPED_AFTER_A_FREE, mode],
         capture_output=True, text=True, check=True, env=env, timeout=60,
@@ -163,8 +165,13 @@ def test_mmap_threshold_is_left_to_a_user_who_set_it(monkeypatch: pytest.MonkeyP
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(heap, "_MALLOPT", lambda param, value: calls.append((param, value)) or 1)
     assert heap.fix_mmap_threshold({"MALLOC_MMAP_THRESHOLD_": "65536"}) is False
-    assert heap.fix_mmap_threshold({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"}) is False
+    tunables = "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=65536"
+    assert heap.fix_mmap_threshold({"GLIBC_TUNABLES": tunables}) is False
     assert calls == []
+    # another tunable (of malloc or not) leaves the threshold ours to set
+    assert heap.fix_mmap_threshold({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) is True
+    assert heap.fix_mmap_threshold({"GLIBC_TUNABLES": "glibc.pthread.rseq=0"}) is True
+    calls.clear()
     assert heap.fix_mmap_threshold({}) is True
     assert calls == [(heap._M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD)]
     monkeypatch.setattr(heap, "_MALLOPT", None)  # not glibc

@@ -68,7 +68,9 @@ _PYMALLOC_LINES = {
 def pymalloc_figures() -> dict[str, int]:
     """pymalloc's arenas (1 MiB each; one is given back only once all its blocks are free) and
     the bytes its live blocks take, from `sys._debugmallocstats()` (written to the C stderr:
-    read back through a temporary file); empty where it says nothing of them."""
+    read back through a temporary file); empty where it says nothing of them. For the few
+    milliseconds of the capture, what another thread writes to stderr (a log line of the
+    operator's) lands in the file and is lost: a debugging instrument, looks only."""
     with tempfile.TemporaryFile() as captured:
         saved = os.dup(2)
         try:

@@ -80,51 +80,42 @@ async def thaw() -> None:
         _OURS = False
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`, or None (musl, macOS, ...: then `trim` does nothing)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
+def _glibc_function(name: str, argtypes: list[Any]) -> Callable[..., int] | None:
+    """A function of glibc's malloc (`malloc_trim`, `mallopt`), or None where the C library
+    has none (musl, macOS, ...: then what uses it does nothing)."""
+    library = ctypes.util.find_library("c")
+    if library is None:
         return None
     try:
-        function: Any = ctypes.CDLL(name).malloc_trim
+        function: Any = getattr(ctypes.CDLL(library), name)
     except (OSError, AttributeError):
         return None
-    function.argtypes = [ctypes.c_size_t]
+    function.argtypes = argtypes
     function.restype = ctypes.c_int
     return function  # type: ignore[no-any-return]
 
 
-_MALLOC_TRIM = _find_malloc_trim()
+_MALLOC_TRIM = _glibc_function("malloc_trim", [ctypes.c_size_t])
+# glibc's alone: musl has mallopt as a stub and no malloc_trim, and no such thresholds
+_MALLOPT = _glibc_function("mallopt", [ctypes.c_int, ctypes.c_int]) if _MALLOC_TRIM else None
 
 MMAP_THRESHOLD = 128 * 1024
 """Bytes from which a block is mapped on its own (glibc's own starting value, kept fixed)."""
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter (malloc.h)
-_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
 
 
-def _find_mallopt() -> Callable[[int, int], int] | None:
-    """glibc's `mallopt`, or None where the C library is not glibc."""
-    if _MALLOC_TRIM is None:  # not glibc (musl has no malloc_trim, and no such thresholds)
-        return None
-    name = ctypes.util.find_library("c")
-    try:
-        function: Any = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function  # type: ignore[no-any-return]
-
-
-_MALLOPT = _find_mallopt()
+def _user_set_threshold(environ: Mapping[str, str]) -> bool:
+    """Whether the user set glibc's mmap threshold through its environment variables."""
+    tunables = environ.get("GLIBC_TUNABLES") or ""
+    return bool(environ.get("MALLOC_MMAP_THRESHOLD_")) or "glibc.malloc.mmap_threshold" in tunables
 
 
 def fix_mmap_threshold(environ: Mapping[str, str] | None = None) -> bool:
     """Map every block of `MMAP_THRESHOLD` bytes or more on its own, for good (glibc's dynamic
     threshold off): whether it was set. Left alone where the C library is not glibc, and where
-    the user tuned glibc's malloc through its environment variables (theirs wins)."""
+    the user set the threshold through glibc's environment variables (theirs wins)."""
     environ = os.environ if environ is None else environ
-    if _MALLOPT is None or any(environ.get(name) for name in _USER_SETTINGS):
+    if _MALLOPT is None or _user_set_threshold(environ):
         return False
     return _MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
 

@@ -191,14 +191,14 @@ async def mark_started(memo: Any, **_: Any) -> None:
     and from now on the C heap's free pages are given back every minute (`heap.Trimmer`), and
     its large blocks are mapped on their own (`heap.fix_mmap_threshold`)."""
     frozen = heap.freeze_startup()
-    heap.fix_mmap_threshold()
+    mapped = heap.fix_mmap_threshold()
     stoppers = getattr(memo, "stoppers", None)
     if isinstance(stoppers, list):
         stoppers.insert(0, heap.thaw)  # stoppers run in reverse: this one last
         trimmer = memo.heap_trimmer = heap.Trimmer()
         trimmer.start()
         stoppers.append(trimmer.stop)
-    _log.debug("startup_heap_frozen", objects=frozen)
+    _log.debug("startup_heap_frozen", objects=frozen, large_blocks_mapped=mapped)
     _started(memo).set()
 
 
