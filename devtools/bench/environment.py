@@ -115,6 +115,10 @@ class Options:
     latency: str = "real"
     """The emulated API's request durations (`LATENCY_MODELS`): `real`, the real server's under
     a 200-claim burst (`kopf_csi.testing.latency.REAL_SERVER`), or `none` (microseconds)."""
+    operator_python: str | None = None
+    """The interpreter the operator process runs on (None: this one). It needs kopf-csi and
+    its dependencies installed (e.g. a venv made with another Python), and runs this tree's
+    `devtools.bench.operator` from the current directory."""
     server_load: float = 1.0
     """Every duration of the latency model times this (`LatencyModel.scaled`), in every mode:
     a server slower under sustained load than over the burst its means were measured in.
@@ -184,6 +188,8 @@ class Env:
     errors_before: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     modules: list[str] = dataclasses.field(default_factory=list)
     event_loop: str = "asyncio"
+    python: str = ""
+    """The operator process's Python version, as it says (older operators: none)."""
     idle_cpu: float = IDLE_CPU
     """The operator's CPU per second below which it counts as idle (`settle`)."""
 
@@ -203,6 +209,7 @@ class Env:
         ready = await self.operator.wait_ready()
         self.modules = list(ready.get("modules", []))
         self.event_loop = str(ready.get("event_loop", "asyncio"))  # older operators: asyncio's
+        self.python = str(ready.get("python", ""))
         counts = self.cluster.counts
         await wait_until(
             lambda: (
@@ -317,6 +324,7 @@ async def open_environment(
                 log_level=options.log_level,
                 # churn: no per-request steps kept (they would grow the RSS it watches)
                 trace_requests=0 if options.churn else None,
+                python=options.operator_python,
             )
             env = Env(cluster, kcm, driver, operator, progress, timeout, socket_path)
             if options.tracemalloc:
@@ -390,6 +398,7 @@ def run_config(options: Options, env: Env, **extra: Any) -> dict[str, Any]:
         "revision": _revision(),
         "operator_modules": env.modules,
         "operator_event_loop": env.event_loop,
+        "operator_python": env.python,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "machine": platform.machine(),

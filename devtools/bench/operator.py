@@ -2,7 +2,8 @@
 
 The benchmark reads this process's CPU time and memory from /proc, so nothing else runs in it:
 the emulated cluster, the KCM stand-in and the driver stay in the benchmark's process. It runs
-the default handler modules in kopf as the tests and the sandbox do (`OperatorThread`), logs
+the default handler modules in kopf as the tests and the sandbox do (`OperatorThread`), but on
+the main thread, as `kopf-csi run` does (`run_here`; the commands below on a thread), logs
 as `kopf-csi run` does in a pod (JSON lines on stderr, at INFO unless `--log-level` says
 otherwise), and talks to its parent over stdin and stdout, one JSON line each way:
 
@@ -30,6 +31,7 @@ import inspect
 import json
 import os
 import pathlib
+import platform
 import pstats
 import sys
 import threading
@@ -165,7 +167,8 @@ async def _on_loop(function: Any) -> None:
     function()
 
 
-async def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace) -> int:
+    """kopf on this (the main) thread, as `kopf-csi run` runs it; the commands on another."""
     settings = Settings(
         csi=CSISettings(address=args.csi_address, timeout=args.csi_timeout),
         kube=KubeSettings(
@@ -183,50 +186,79 @@ async def _serve(args: argparse.Namespace) -> int:
     if "event_loop" in inspect.signature(OperatorThread).parameters:
         options["event_loop"] = os.environ.get("KOPF_CSI_EVENT_LOOP", "").lower() or "auto"
     operator = OperatorThread(settings=settings, modules=modules, **options)
-    try:
-        await operator.start()
-    except (TimeoutError, RuntimeError) as exc:
-        _say({"ready": False, "error": repr(exc)})
-        return 1
-    waits = Waits(operator.memo, trace_limit=args.trace_requests)
-    loop = operator._loop  # the operator's own loop, in its thread
-    assert loop is not None
-    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
-    growth = Growth(loop, extra=lambda: {"connections": _connections(operator.memo)})
-    _say(
-        {
-            "ready": True, "pid": os.getpid(), "modules": list(operator.modules),
-            "event_loop": type(loop).__module__.split(".")[0],  # uvloop, or asyncio's
-        }
+    codes: list[int] = []
+    control = threading.Thread(
+        target=lambda: codes.append(asyncio.run(_commands(operator, args))),
+        name="bench-commands", daemon=True,
     )  # fmt: skip
+    control.start()
+    if hasattr(operator, "run_here"):
+        operator.run_here()
+    else:  # an older revision's kit: the same, by hand
+        operator.load()
+        operator._thread = threading.current_thread()
+        operator._run()
+    control.join(30.0)
+    code = codes[0] if codes else 1
+    return code if operator.error is None else 1
+
+
+async def _started(operator: OperatorThread, timeout: float = 60.0) -> None:
+    """Wait until the operator on the main thread is ready (an older kit: kopf's flag only)."""
+    if hasattr(operator, "wait_started"):
+        await operator.wait_started()
+        return
+    if not await asyncio.to_thread(operator._ready.wait, timeout) or operator.error is not None:
+        raise RuntimeError(f"the operator did not start: {operator.error!r}")
+
+
+async def _commands(operator: OperatorThread, args: argparse.Namespace) -> int:
+    """Answer the parent's commands until `stop` or the end of stdin; then stop kopf."""
     try:
+        try:
+            await _started(operator)
+        except (TimeoutError, RuntimeError) as exc:
+            _say({"ready": False, "error": repr(exc)})
+            return 1
+        waits = Waits(operator.memo, trace_limit=args.trace_requests)
+        loop = operator._loop  # the operator's own loop, on the main thread
+        assert loop is not None
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_on_loop(waits.install), loop))
+        growth = Growth(loop, extra=lambda: {"connections": _connections(operator.memo)})
+        _say(
+            {
+                "ready": True, "pid": os.getpid(), "modules": list(operator.modules),
+                "event_loop": type(loop).__module__.split(".")[0],  # uvloop, or asyncio's
+                "python": platform.python_version(),
+            }
+        )  # fmt: skip
         while True:
             line = await asyncio.to_thread(sys.stdin.readline)
             command = line.strip()
             if not line or command == "stop":
-                break
-            if command == "stats":
-                _say(_stats(operator))
-            elif command == "gc":
-                _say({"collected": gc.collect(), "objects": len(gc.get_objects())})
-            elif command == "memory":
-                _say(_memory())
-            elif command in ("growth", "growth walk"):
-                _say(growth.look(walk=command == "growth walk"))
-            elif command.startswith("waits"):
-                since, until = (float(word) for word in command.split()[1:3])
-                _say(
-                    {
-                        **waits.summary(since=since),
-                        "lag_by_100ms": waits.lag_timeline(since=since, until=until),
-                        "first_requests": waits.first_requests(since=since),
-                    }
-                )
-            else:
-                _say({"error": f"unknown command {command!r}"})
+                return 0
+            _say(_answer(command, operator, waits, growth))
     finally:
-        await operator.stop()
-    return 0 if operator.error is None else 1
+        operator.request_stop("the benchmark is done")
+
+
+def _answer(command: str, operator: OperatorThread, waits: Waits, growth: Growth) -> dict[str, Any]:
+    if command == "stats":
+        return _stats(operator)
+    if command == "gc":
+        return {"collected": gc.collect(), "objects": len(gc.get_objects())}
+    if command == "memory":
+        return _memory()
+    if command in ("growth", "growth walk"):
+        return growth.look(walk=command == "growth walk")
+    if command.startswith("waits"):
+        since, until = (float(word) for word in command.split()[1:3])
+        return {
+            **waits.summary(since=since),
+            "lag_by_100ms": waits.lag_timeline(since=since, until=until),
+            "first_requests": waits.first_requests(since=since),
+        }
+    return {"error": f"unknown command {command!r}"}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -255,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if profiler is not None:
         profiler.install()
     try:
-        code = asyncio.run(_serve(args))
+        code = _serve(args)
     finally:
         if profiler is not None:
             profiler.dump(args.profile)

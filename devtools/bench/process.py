@@ -56,9 +56,10 @@ class OperatorProcess:
         log_level: str = "INFO",
         start_timeout: float = 60.0,
         trace_requests: int | None = None,
+        python: str | None = None,
     ) -> None:
         self.argv = [
-            sys.executable, "-m", "devtools.bench.operator",
+            python or sys.executable, "-m", "devtools.bench.operator",
             "--kubeconfig", str(kubeconfig), "--csi-address", csi_address,
             "--workers", str(workers), "--log-level", log_level,
             "--kube-api-qps", str(qps), "--kube-api-burst", str(burst),

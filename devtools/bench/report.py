@@ -307,8 +307,7 @@ def format_claims(report: Mapping[str, Any]) -> str:
         f"{', TLS' if config.get('tls') else ''}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
-        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
-        f"{config.get('operator_event_loop', 'asyncio')}",
+        _operator_line(config),
         "",
         _table(rows),
         "",
@@ -518,8 +517,7 @@ def format_attach(report: Mapping[str, Any]) -> str:
         f"nodes, driver durable={config['driver_durable']}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
-        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
-        f"{config.get('operator_event_loop', 'asyncio')}",
+        _operator_line(config),
         f"  population (driver volumes and PVs) created in {report['populate_seconds']:.1f} s",
         "",
         _table(rows),
@@ -542,8 +540,7 @@ def format_scale(report: Mapping[str, Any]) -> str:
         f"kopf-csi benchmark: operator memory with {config['pairs']} bound PV/PVC pairs present",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
-        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
-        f"{config.get('operator_event_loop', 'asyncio')}",
+        _operator_line(config),
         "",
         f"  population created in {report['populate_seconds']:.1f} s (bench, Python-level API); "
         f"KCM stand-in writes afterwards: {report['kcm_writes']}",
@@ -670,8 +667,7 @@ def format_churn(report: Mapping[str, Any]) -> str:
         f"KCM resync {config.get('kcm_resync_seconds') or 'off'}",
         f"  {config['date']}, {config['cpus']} CPUs, Python {config['python']}, "
         f"revision {config['revision']}",
-        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
-        f"{config.get('operator_event_loop', 'asyncio')}",
+        _operator_line(config),
         "",
         _table(
             [
@@ -771,6 +767,15 @@ def format_churn(report: Mapping[str, Any]) -> str:
         _targets(report.get("targets") or []),
     ]
     return "\n".join(lines)
+
+
+def _operator_line(config: Mapping[str, Any]) -> str:
+    """The operator's modules, event loop and interpreter (older reports: the bench's)."""
+    return (
+        f"  operator modules: {', '.join(config['operator_modules'])}; event loop "
+        f"{config.get('operator_event_loop', 'asyncio')}, Python "
+        f"{config.get('operator_python') or config['python']}"
+    )
 
 
 def _server_load(config: Mapping[str, Any]) -> str:

@@ -179,6 +179,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="every duration of the latency model times FACTOR: a server slower under "
         "sustained load (not measured; default 1, the burst's measured means)",
     )  # fmt: skip
+    parser.add_argument(
+        "--operator-python", metavar="PATH",
+        help="the interpreter of the operator process (default: this one), e.g. another "
+        "venv's python with kopf-csi installed, to weigh Python versions",
+    )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
     logs.configure(level="WARNING", json=False)
@@ -208,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         tls=args.tls,
         latency="none" if args.write_latency else args.latency,
         server_load=args.server_load,
+        operator_python=args.operator_python,
     )
     try:
         result = asyncio.run(run(options, Progress(enabled=not args.no_progress)))

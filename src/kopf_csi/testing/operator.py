@@ -34,7 +34,11 @@ class StartupError(RuntimeError):
 
 
 class OperatorThread:
-    """kopf.operator() in a daemon thread; `start()` waits until it is ready."""
+    """kopf.operator() in a daemon thread; `start()` waits until it is ready.
+
+    Or in the calling thread (`run_here()`), which another thread waits for
+    (`wait_started()`) and stops (`request_stop()`).
+    """
 
     def __init__(
         self,
@@ -61,6 +65,7 @@ class OperatorThread:
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._finished = threading.Event()  # `_run` is over (the thread may be the caller's)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._insights = Insights()
         self.error: BaseException | None = None
@@ -105,6 +110,23 @@ class OperatorThread:
             self._stop.set()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+            self._finished.set()
+
+    def run_here(self) -> None:
+        """Run the operator in the calling thread until it stops, as `kopf-csi run` runs it
+        on the main thread. The benchmark's operator process does so: memory allocated on a
+        thread comes from a glibc arena of that thread's, whose RSS behaves unlike the main
+        heap's that a deployed operator uses (docs/benchmarks.md, "RSS at 20/s: the main
+        thread"). Another thread waits with `wait_started()` and stops it with
+        `request_stop()`; a start that fails is for that thread to stop."""
+        self.load()
+        self._thread = threading.current_thread()
+        self._run()
+
+    async def wait_started(self) -> None:
+        """For a `run_here()` operator, from another thread's loop: wait until it is ready,
+        as `start()` does (TimeoutError, StartupError, RuntimeError if it is not)."""
+        await self._wait_until_started()
 
     async def start(self) -> None:
         """Start the thread and wait for kopf's readiness without blocking the caller's loop.
@@ -197,7 +219,8 @@ class OperatorThread:
 
     @property
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        thread = self._thread
+        return thread is not None and thread.is_alive() and not self._finished.is_set()
 
 
 @contextlib.asynccontextmanager
