@@ -11,13 +11,16 @@ We test these aspects:
   idle out under a steady flow of requests (round robin kept them all: RSS grew under churn);
 - every TLS read asks for one record's plaintext at most, on asyncio's loop and uvloop's (256
   KiB asked per read fragmented the C heap under churn), and a list far larger still arrives
-  whole.
+  whole;
+- on uvloop, every TLS connection asks the kernel for a small receive buffer (uvloop reads up
+  to 256 KiB at once, and each connection kept its largest read).
 """
 
 from __future__ import annotations
 
 import asyncio
 import pathlib
+import socket
 import ssl
 import types
 from collections.abc import AsyncIterator
@@ -106,14 +109,19 @@ async def test_warming_stays_within_the_pool(
     assert len(opened) <= limit
 
 
+def _big_configmaps(cluster: EmulatedCluster, count: int, blob: str) -> None:
+    """`count` ConfigMaps `big-<i>` in `default`, each holding `blob`."""
+    for i in range(count):
+        body = {"metadata": {"name": f"big-{i}", "namespace": "default"}, "data": {"b": blob}}
+        cluster.create("configmaps", body)
+
+
 async def test_tls_reads_hold_a_small_buffer_and_lose_nothing(tmp_path: pathlib.Path) -> None:
     """asyncio's 256 KiB read buffer per TLS connection was a quarter of a burst's peak RSS;
     a list far larger than one read still arrives whole."""
     blob = "x" * 50_000
     async with EmulatedCluster(tls=True) as cluster:
-        for i in range(40):  # about 2 MB in one page: 30 reads of 64 KiB
-            body = {"metadata": {"name": f"big-{i}", "namespace": "default"}, "data": {"b": blob}}
-            cluster.create("configmaps", body)
+        _big_configmaps(cluster, 40, blob)  # about 2 MB in one page: 30 reads of 64 KiB
         async with await kube.KubeClient.connect(
             cluster.write_kubeconfig(tmp_path / "kubeconfig")
         ) as api:
@@ -149,12 +157,7 @@ def test_tls_reads_ask_for_one_record_at_most(
 
     async def listed() -> list[dict[str, Any]]:
         async with EmulatedCluster(tls=True) as cluster:
-            for i in range(20):  # about 1 MB in one page: over 60 records
-                body = {
-                    "metadata": {"name": f"big-{i}", "namespace": "default"},
-                    "data": {"b": blob},
-                }
-                cluster.create("configmaps", body)
+            _big_configmaps(cluster, 20, blob)  # about 1 MB in one page: over 60 records
             async with await kube.KubeClient.connect(
                 cluster.write_kubeconfig(tmp_path / "kubeconfig")
             ) as api:
@@ -171,3 +174,49 @@ def test_tls_reads_ask_for_one_record_at_most(
     assert all(item["data"]["b"] == blob for item in items)
     assert len(asked) > 60  # a read per record at least
     assert max(asked) <= kube.TLS_RECORD_SIZE
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_tls_connections_on_uvloop_ask_for_a_small_receive_buffer(
+    tmp_path: pathlib.Path, loop_name: str
+) -> None:
+    """uvloop reads whatever the socket holds, up to 256 KiB at once, and each connection kept
+    its largest read twice (its read buffer, OpenSSL's incoming buffer): the RSS under churn
+    rose all the time. On uvloop the kernel's receive buffer is asked small, before the connect
+    (fixed: the kernel no longer grows it); asyncio's reads are capped already (`TLS_READ_SIZE`).
+    A list far larger than the buffer still arrives whole."""
+    blob = "x" * 50_000
+
+    async def listed() -> tuple[list[dict[str, Any]], list[int], Any]:
+        async with EmulatedCluster(tls=True) as cluster:
+            _big_configmaps(cluster, 20, blob)  # about 1 MB in one page
+            async with await kube.KubeClient.connect(
+                cluster.write_kubeconfig(tmp_path / "kubeconfig")
+            ) as api:
+                items = await api.list(kube.CONFIGMAPS, "default")
+                connector = api._api.rest_client.pool_manager.connector
+                pooled = [proto for conns in connector._conns.values() for proto, _ in conns]
+                sizes = [
+                    proto.transport.get_extra_info("socket").getsockopt(
+                        socket.SOL_SOCKET, socket.SO_RCVBUF
+                    )
+                    for proto in pooled
+                ]
+                return items, sizes, connector._socket_factory
+
+    loop = loops.new_event_loop(loop_name)
+    try:
+        items, sizes, factory = loop.run_until_complete(listed())
+    finally:
+        loop.close()
+    assert sorted(item["metadata"]["name"] for item in items) == sorted(
+        f"big-{i}" for i in range(20)
+    )
+    assert all(item["data"]["b"] == blob for item in items)
+    assert sizes  # the connection that listed is pooled
+    if loop_name == "uvloop":
+        assert factory is not None
+        # Linux doubles what is asked (its bookkeeping), and keeps it: no autotuning after 1 MB
+        assert all(kube.TLS_RECEIVE_BUFFER <= size <= 2 * kube.TLS_RECEIVE_BUFFER for size in sizes)
+    else:
+        assert factory is None  # the kernel's own, autotuned

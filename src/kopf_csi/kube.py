@@ -20,6 +20,7 @@ import inspect
 import os
 import pathlib
 import platform
+import socket
 import ssl
 import sys
 import time
@@ -34,6 +35,7 @@ import kubernetes_asyncio.config
 import orjson
 import structlog
 
+from kopf_csi import loops
 from kopf_csi.reachability import Reachability
 from kopf_csi.throttling import TokenBucket
 
@@ -101,6 +103,16 @@ of `SSLProtocol.max_size`, 256 KiB, allocated and zeroed when the connection ope
 of 100 connections, 25 MiB of the operator's peak RSS. 64 KiB still takes four TLS records
 per read; measured, 100 connections cost 245 instead of 627 KiB each (client and server
 together, docs/benchmarks.md)."""
+TLS_RECEIVE_BUFFER = 64 * 1024
+"""The kernel's receive buffer (`SO_RCVBUF`) of each TLS connection to the API server on uvloop,
+which reads whatever the socket holds, up to 256 KiB at once (a constant, not ours to lower as
+asyncio's `TLS_READ_SIZE`): each connection kept the largest read it ever made twice, in its
+read buffer's touched pages and in its incoming `MemoryBIO`, whose buffer OpenSSL grows and
+never shrinks. Rare large reads (events piled up while the loop was busy) raised that record
+now and then on every pooled connection: the RSS under churn rose all the time (heaptrack;
+docs/benchmarks.md, "RSS at 20/s: the receive buffers"). The kernel doubles the value asked;
+the reads stay under about 128 KiB, and the TCP window (about 100 KiB) still carries 100 MB/s
+at a millisecond's round trip."""
 TLS_RECORD_SIZE = 16 * 1024
 """The most plaintext one TLS record carries (RFC 8446, 5.1), and the most one read asks for
 (`_RecordReads`)."""
@@ -411,6 +423,22 @@ def _read_tls_by_records(connector: Any) -> None:
         context.sslobject_class = _RecordReads
 
 
+def _small_receive_buffers(connector: Any, size: int) -> None:
+    """Every TLS connection this pool opens from now on asks the kernel for a receive buffer
+    of `size` (`TLS_RECEIVE_BUFFER`), set before it connects (TCP agrees the window's scale
+    then); plain HTTP keeps the kernel's own (uvloop reads it into one buffer per loop)."""
+    if not isinstance(getattr(connector, "_ssl", None), ssl.SSLContext):
+        return
+
+    def sized(address: Any) -> socket.socket:
+        family, kind, proto, _, _ = address
+        sock = socket.socket(family=family, type=kind, proto=proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+        return sock
+
+    connector._socket_factory = sized
+
+
 def _reuse_newest_first(connector: Any) -> None:
     """Make the pool hand out its most recently released connection, as Go's `http.Transport`
     does, so that connections beyond what the last `KEEPALIVE` seconds needed idle out.
@@ -638,6 +666,8 @@ class KubeClient:
         connector._keepalive_timeout = KEEPALIVE
         _reuse_newest_first(connector)
         _read_tls_by_records(connector)
+        if loops.name(asyncio.get_running_loop()) == "uvloop":
+            _small_receive_buffers(connector, TLS_RECEIVE_BUFFER)
         return cls(api, limits=Limits(qps, burst) if qps is not None else None)
 
     def observe(self, observer: RequestObserver) -> None:
