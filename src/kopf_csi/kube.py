@@ -433,7 +433,8 @@ def _small_receive_buffers(connector: Any, size: int) -> None:
     def sized(address: Any) -> socket.socket:
         family, kind, proto, _, _ = address
         sock = socket.socket(family=family, type=kind, proto=proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+        with contextlib.suppress(OSError):  # refused: the kernel's own size, a bit more memory
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
         return sock
 
     connector._socket_factory = sized

@@ -60,3 +60,22 @@ async def test_run_here_runs_kopf_on_the_calling_thread_until_asked_to_stop(
 
 async def _thread_id() -> int:
     return threading.get_ident()
+
+
+async def test_run_here_whose_start_fails_says_why_and_stops_when_asked(
+    settings: Settings, driver: Driver
+) -> None:
+    """The waiting thread learns why the start failed (as `start()` raises), and its stop ends
+    the calling thread's run: nothing left retrying every minute."""
+    operator = OperatorThread(settings=settings, modules=("tests.kit.own_resource",))
+    thread = threading.Thread(target=operator.run_here, name="caller")
+    thread.start()
+    try:
+        with pytest.raises(RuntimeError) as info:
+            await asyncio.wait_for(operator.wait_started(), 30)
+        assert "LoginError" in str(info.value)
+    finally:
+        operator.request_stop("the start failed")
+        await asyncio.to_thread(thread.join, 30)
+    assert not thread.is_alive()
+    assert not operator.alive

@@ -114,11 +114,11 @@ class OperatorThread:
 
     def run_here(self) -> None:
         """Run the operator in the calling thread until it stops, as `kopf-csi run` runs it
-        on the main thread. The benchmark's operator process does so: memory allocated on a
-        thread comes from a glibc arena of that thread's, whose RSS behaves unlike the main
-        heap's that a deployed operator uses (docs/benchmarks.md, "RSS at 20/s: the main
-        thread"). Another thread waits with `wait_started()` and stops it with
-        `request_stop()`; a start that fails is for that thread to stop."""
+        on the main thread. The benchmark's operator process does so, to measure what is
+        deployed: a thread's allocations come from a glibc arena of its own (no difference
+        in RSS was measured: docs/benchmarks.md, "Fifth session"). Another thread waits with
+        `wait_started()` and stops it with `request_stop()`; a start that fails is for that
+        thread to stop (kopf would retry a failed start-up handler every minute)."""
         self.load()
         self._thread = threading.current_thread()
         self._run()
