@@ -32,6 +32,7 @@ import math
 import pathlib
 
 from devtools.bench import Options, run_attach, run_churn, run_claims, run_scale
+from devtools.bench import report as report_module
 from devtools.bench.growth import Growth
 from devtools.bench.looplag import LagProbe
 from devtools.bench.procfs import MiB
@@ -206,7 +207,7 @@ async def test_attach_run_attaches_and_detaches_every_attachment(tmp_path: pathl
 async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -> None:
     options = Options(
         churn=8, lifetime=1.5, duration=2, attached=0.5, memory_every=1.0,
-        workdir=tmp_path / "bench",
+        bench_freeze_every=0.5, workdir=tmp_path / "bench",
     )  # fmt: skip
     report = await run_churn(options, Progress(enabled=False))
 
@@ -241,6 +242,11 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
     assert report["operator"]["connections_opened"] >= 1
     assert "API connections opened" in format_churn(report)
     assert "per second of it" in format_churn(report)  # the machine-speed yardstick for pairs
+    # the benchmark's own heap, frozen every 0.5 s: a full collection before each freeze
+    assert report["bench_gc"]["every_s"] == 0.5
+    assert report["bench_gc"]["by_generation"][2]["count"] >= 2
+    assert "its full GC passes: " in format_churn(report)
+    assert "(heap frozen every 0.5 s)" in format_churn(report)
     assert report["operator_events"].get("ProvisioningSucceeded") == 16
     config = report["config"]  # the churn's defaults: the model as measured, KCM's resync
     assert (config["server_load"], config["kcm_resync_seconds"]) == (1.0, 15.0)
@@ -255,6 +261,7 @@ async def test_churn_run_posts_and_deletes_every_claim(tmp_path: pathlib.Path) -
     assert len(looks) >= 3
     for look in looks:
         assert look["objects"] > 0
+        assert 0 < look["rss_file_kib"] < look["rss_anon_kib"]  # the RSS's parts, on Linux
         # kopf on the main thread, as `kopf-csi run` runs it; the parent's commands beside it
         assert look["threads"]["python"].get("MainThread") == 1
         assert look["threads"]["python"].get("bench-commands") == 1
@@ -313,6 +320,20 @@ def test_the_lag_probe_holds_its_memory_from_the_start() -> None:
     assert (probe._dues.buffer_info(), probe._lags.buffer_info()) == held  # nothing grew
     assert len(probe.samples) == 1000
     assert probe.summary()["samples"] == 1000
+
+
+def test_the_lag_probe_tells_when_the_loop_stalled() -> None:
+    probe = LagProbe(interval=0.01, keep=100)
+    for due, lag in ((10.0, 0.001), (10.5, 0.3), (11.0, 0.2), (12.3, 1.85)):
+        probe._dues[probe._count], probe._lags[probe._count] = due, lag
+        probe._count += 1
+    assert probe.stalls(since=10.0) == [(0.5, 300.0), (2.3, 1850.0)]
+    assert probe.stalls(since=11.0, over=0.1) == [(0.0, 200.0), (1.3, 1850.0)]
+    report = {"bench_stalls": probe.stalls(since=10.0)}
+    assert report_module._bench_stalls(report["bench_stalls"]) == [
+        "    its loop's stalls over 250 ms (s after the first POST: ms): 0.5: 300, 2.3: 1850"
+    ]
+    assert report_module._bench_stalls([]) == []
 
 
 class _NoLoop:

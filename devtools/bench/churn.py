@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from devtools.bench import procfs, report
+from devtools.bench.collector import FrozenHeap
 from devtools.bench.environment import (
     CLASSES,
     NAMESPACE,
@@ -117,6 +118,8 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
         await env.start_operator()
         idle = env.sample()
         heap.freeze_startup()
+        collector = FrozenHeap(every=options.bench_freeze_every)
+        collector.start()
         bench_cpu = procfs.cpu_seconds(os.getpid())
 
         posted: dict[int, float] = {}  # index -> when the client sent the POST
@@ -186,6 +189,7 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
                 stuck = await _wait_deleted(env, uids, timeout)
         finally:
             sampling.cancel()
+            await collector.stop()
             if looking is not None and not looking.done():
                 stop_looking.set()
                 await looking
@@ -249,6 +253,8 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
             "errors": figures["errors"],
             "operator_waits": waits,
             "bench_loop_lag": env.lag.summary(since=started),
+            "bench_gc": collector.summary(),
+            "bench_stalls": env.lag.stalls(since=started),
             "operator": {
                 "rss_idle": idle.rss,
                 "rss_peak": end.hwm,

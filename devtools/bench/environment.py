@@ -82,6 +82,10 @@ class Options:
     memory_every: float = 0.0
     """Churn mode: ask the operator what grew every this many seconds (`devtools.bench.growth`;
     0: never)."""
+    bench_freeze_every: float = 10.0
+    """Churn mode: the benchmark process collects and freezes its own heap every this many
+    seconds (`devtools.bench.collector`), so that its full collections, which stop the
+    emulated API, stay short as a real server's; 0: never (the sessions before the sixth)."""
     memory_walk: bool = False
     """Churn mode: the looks also walk every reachable container (its transient set of ids
     takes 8 MiB or so, which stays in the operator's RSS until the next trim)."""

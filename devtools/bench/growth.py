@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import os
+import pathlib
 import sys
 import tempfile
 import threading
@@ -90,9 +92,25 @@ def pymalloc_figures() -> dict[str, int]:
     return figures
 
 
+def rss_parts() -> dict[str, int]:
+    """The RSS's parts (KiB), from `/proc/self/status`: anonymous memory (the heaps, mapped
+    blocks, stacks) apart from file pages (the code of the interpreter and its libraries,
+    counted as they are first run); empty where there is no such file."""
+    keys = {"RssAnon:": "rss_anon_kib", "RssFile:": "rss_file_kib"}
+    parts: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            key, _, rest = line.partition("\t")
+            if key in keys:
+                parts[keys[key]] = int(rest.split()[0])
+    return parts
+
+
 def heap_figures() -> dict[str, int]:
     """glibc's main figures (KiB) and pymalloc's allocated blocks; empty parts where absent."""
-    figures: dict[str, int] = {"py_blocks": sys.getallocatedblocks(), **pymalloc_figures()}
+    figures: dict[str, int] = {
+        "py_blocks": sys.getallocatedblocks(), **pymalloc_figures(), **rss_parts(),
+    }  # fmt: skip
     mallinfo2 = getattr(_LIBC, "mallinfo2", None)
     if mallinfo2 is not None:
         mallinfo2.restype = _MallInfo2

@@ -82,6 +82,15 @@ class LagProbe:
             "max_ms": round(lags[-1] * 1000, 2),
         }
 
+    def stalls(self, *, since: float, over: float = 0.25) -> list[tuple[float, float]]:
+        """Every lag longer than `over` seconds: (seconds from `since` to when it began, ms),
+        when a long run's worst moments came (a collection, a resync, the end's reports)."""
+        return [
+            (round(due - since, 1), round(lag * 1000, 1))
+            for due, lag in self.samples
+            if due >= since and lag > over
+        ]
+
     def by_bucket(self, *, since: float, until: float, width: float = 0.1) -> list[float]:
         """The worst lag (ms) in each `width` seconds from `since` to `until`."""
         buckets = [0.0] * max(1, math.ceil((until - since) / width))

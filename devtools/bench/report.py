@@ -377,6 +377,27 @@ def _yardstick(report: Mapping[str, Any]) -> str:
     return f"; the operator's CPU per volume (ms) per second of it: {ratio:.3f}"
 
 
+def _bench_gc(report: Mapping[str, Any]) -> str:
+    """`; its full GC passes: 60, max 34.1 ms (heap frozen every 10 s)`: the benchmark process's
+    own collections stop the emulated API (`devtools.bench.collector`); older reports: none."""
+    collected = report.get("bench_gc")
+    if not collected:
+        return ""
+    full = collected["by_generation"][2]
+    every = collected["every_s"]
+    frozen = f"heap frozen every {every:g} s" if every else "heap never frozen"
+    return f"; its full GC passes: {full['count']}, max {full['max_ms']:g} ms ({frozen})"
+
+
+def _bench_stalls(stalls: list[list[float]] | None) -> list[str]:
+    """`    its loop's stalls over 250 ms (s after the first POST: ms): 12.3: 340, ...`."""
+    if not stalls:
+        return []
+    shown = ", ".join(f"{at:g}: {ms:g}" for at, ms in stalls[:20])
+    more = f" and {len(stalls) - 20} more" if len(stalls) > 20 else ""
+    return [f"    its loop's stalls over 250 ms (s after the first POST: ms): {shown}{more}"]
+
+
 def _opened(connections: int | None) -> str:
     """`, 23 API connections opened`: a pool that closes and opens again costs handshakes and
     leaves each connection's buffers to the allocator (an older report has no count)."""
@@ -631,7 +652,12 @@ def _growth(looks: Sequence[Mapping[str, Any]]) -> list[str]:
                 else ""
             )
             + f", malloc used {look.get('malloc_used_kib')} / free "
-            f"{look.get('malloc_free_kib')} KiB"
+            f"{look.get('malloc_free_kib')} / mapped {look.get('malloc_mmap_kib')} KiB"
+            + (
+                f", RSS anonymous {look['rss_anon_kib']} / files {look['rss_file_kib']} KiB"
+                if "rss_anon_kib" in look and "rss_file_kib" in look
+                else ""
+            )
             + (f", traced {look['traced_kib']} KiB" if "traced_kib" in look else "")
             + (f" (over 512 B: {look['big_kib']} KiB)" if "big_kib" in look else "")
             + (f", threads {look['threads']}" if "threads" in look else "")
@@ -746,7 +772,8 @@ def format_churn(report: Mapping[str, Any]) -> str:
         "    QPS limiter (per role): " + _limiter(waits.get("qps_limiter")),
         f"  the benchmark process's loop: lag mean {bench.get('mean_ms', 0):g} ms, p99 "
         f"{bench.get('p99_ms', 0):g} ms, max {bench.get('max_ms', 0):g} ms; its CPU "
-        f"{report['bench_cpu_seconds']:.1f} s" + _yardstick(report),
+        f"{report['bench_cpu_seconds']:.1f} s" + _yardstick(report) + _bench_gc(report),
+        *_bench_stalls(report.get("bench_stalls")),
         f"  operator: RSS {_mib(report['operator']['rss_idle'])} idle after start, peak "
         f"{_mib(report['operator']['rss_peak'])}, {_mib(report['operator']['rss_end'])} at the "
         f"end; up to {report['operator']['threads_peak']} threads"

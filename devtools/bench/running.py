@@ -153,6 +153,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the malloc heap; by traceback with --tracemalloc); costs the operator CPU",
     )  # fmt: skip
     parser.add_argument(
+        "--bench-freeze-every", type=float, default=Options.bench_freeze_every, metavar="S",
+        help="churn mode: freeze the benchmark process's own heap every S seconds, so that its "
+        "garbage collector does not stop the emulated API for long (default 10; 0: never)",
+    )  # fmt: skip
+    parser.add_argument(
         "--memory-walk", action="store_true",
         help="with --memory-every: also the containers of 256 items or more and those that "
         "grew (walks every reachable object: distorts the RSS by several MiB)",
@@ -208,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         tracemalloc=args.tracemalloc,
         memory_every=args.memory_every,
         memory_walk=args.memory_walk,
+        bench_freeze_every=args.bench_freeze_every,
         log_level=args.log_level,
         write_latency=args.write_latency,
         tls=args.tls,

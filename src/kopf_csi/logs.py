@@ -33,12 +33,15 @@ log nothing per watch event at their default verbosity.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import sys
+import time
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Literal, TextIO
 
+import orjson
 import structlog
 
 __all__ = [
@@ -136,24 +139,84 @@ def _shared() -> list[Any]:
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        timestamp,
         expand_object,
     ]
 
 
-def formatter(*, format: Format, colors: bool = False) -> structlog.stdlib.ProcessorFormatter:
-    """The stdlib formatter rendering every record, ours and foreign, in one format."""
-    renderer: Any
+_second: tuple[int, str] = (0, "")
+
+
+def timestamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Processor: `timestamp`, UTC, ISO 8601 to the microsecond (`2026-12-07T13:26:02.377994Z`).
+
+    structlog's `TimeStamper(fmt="iso", utc=True)` writes the same, but builds a datetime for
+    every line (and drops the fraction when it is zero); the seconds' text is kept here until
+    the second changes."""
+    global _second
+    now = time.time()
+    seconds = int(now)
+    if seconds != _second[0]:
+        _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    event["timestamp"] = f"{_second[1]}.{int((now - seconds) * 1e6):06d}Z"
+    return event
+
+
+def render_json(_: Any, __: str, event: Mapping[str, Any]) -> str:
+    """Processor: the line as JSON, anything else as its repr (orjson; the stdlib's json for
+    what orjson refuses: integers beyond 64 bits, strings that are not UTF-8)."""
+    try:
+        return orjson.dumps(event, default=repr, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(event, default=repr, separators=(",", ":"))
+
+
+RENDERED = "kopf_csi_rendered"
+"""The attribute of a stdlib record whose message structlog's chain has rendered already."""
+
+_AS_RENDERED = {"extra": {RENDERED: True}}
+
+
+def _renderer(format: Format, colors: bool) -> Any:
     if format == "json":
-        renderer = structlog.processors.JSONRenderer(default=repr)
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=colors)
-    return structlog.stdlib.ProcessorFormatter(
+        return render_json
+    return structlog.dev.ConsoleRenderer(colors=colors)
+
+
+_rendering: Any = render_json
+"""The renderer of the last `configure()`: loggers cached by an earlier one follow it too."""
+
+
+def _render_to_stdlib(
+    logger: Any, method: str, event: MutableMapping[str, Any]
+) -> tuple[tuple[str], dict[str, Any]]:
+    """Last processor: the line, rendered, goes to the stdlib logger as its message, marked."""
+    return (_rendering(logger, method, event),), _AS_RENDERED
+
+
+class Formatter(structlog.stdlib.ProcessorFormatter):
+    """The stdlib formatter of the one handler: our records come rendered by structlog's own
+    chain, and pass as they are; foreign ones (kopf's, aiohttp's) are rendered here, with the
+    same keys and renderer.
+
+    Rendering ours in structlog's chain, not here, saves the record's copy and the second pass
+    of processors that `ProcessorFormatter` makes for each: a line costed about 175 µs of CPU
+    inside a busy operator (docs/benchmarks.md, "Sixth session")."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, RENDERED, False):
+            return str(record.msg)
+        return super().format(record)
+
+
+def formatter(*, format: Format, colors: bool = False) -> Formatter:
+    """The stdlib formatter rendering every record, ours and foreign, in one format."""
+    return Formatter(
         foreign_pre_chain=[*_shared(), structlog.stdlib.ExtraAdder(), kopf_reference],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
-            renderer,
+            _renderer(format, colors),
         ],
     )
 
@@ -332,19 +395,23 @@ def configure(
         )  # fmt: skip
     if format not in FORMATS:
         raise ValueError(f"log format {format!r} is not one of {', '.join(FORMATS)}")
+    global _rendering
+    colors = format == "console" and stream.isatty()
+    _rendering = _renderer(format, colors)
     structlog.configure(
         processors=[
             structlog.stdlib.filter_by_level,  # drop disabled levels before any work
             quiet_outages,
             *_shared(),
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+            structlog.processors.format_exc_info,
+            _render_to_stdlib,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=cache_loggers,
     )
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(formatter(format=format, colors=format == "console" and stream.isatty()))
+    handler.setFormatter(formatter(format=format, colors=colors))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level if isinstance(level, int) else level.upper())

@@ -11,9 +11,11 @@ We test these aspects:
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -229,3 +231,46 @@ async def test_watch_events_leave_no_info_lines(
     await until(lambda: "succeeded." in debug.getvalue())  # still there, at debug
     successes = [r for r in debug.records() if "succeeded." in str(r.get("event"))]
     assert {r["level"] for r in successes} == {"debug"}
+
+
+def test_timestamps_are_utc_to_the_microsecond(json_stream: Stream) -> None:
+    before = datetime.datetime.now(datetime.UTC)
+    log = structlog.get_logger("kopf_csi.test")
+    log.info("first")
+    logging.getLogger("kopf.objects").info("foreign")
+    after = datetime.datetime.now(datetime.UTC)
+    stamps = [r["timestamp"] for r in json_stream.records()]
+    for stamp in stamps:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp), stamp
+        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        assert before - datetime.timedelta(microseconds=1) <= when <= after
+    assert stamps == sorted(stamps)
+
+
+def test_values_json_cannot_hold_are_written_anyway(json_stream: Stream) -> None:
+    # orjson refuses integers beyond 64 bits and lone surrogates: the stdlib's json writes them.
+    log = structlog.get_logger("kopf_csi.test")
+    log.info("big", size=2**70, text="é")
+    log.info("surrogate", text="\udc80")
+    log.info("object", value=Stream)
+    big, surrogate, obj = json_stream.lines()
+    assert json.loads(big)["size"] == 2**70
+    assert json.loads(big)["text"] == "é"
+    assert '"\\udc80"' in surrogate  # escaped, the line still one line of JSON
+    assert json.loads(obj)["value"] == repr(Stream)
+
+
+def test_a_cached_logger_follows_a_new_format(restore_logging: None) -> None:
+    """Lines are rendered in structlog's chain, which a logger caches on its first use: a
+    later `configure()` still decides their format."""
+    first = Stream()
+    logs.configure(level="INFO", format="console", stream=first, cache_loggers=True)
+    log = structlog.get_logger("kopf_csi.test")
+    log.info("as_console", key=1)
+    second = Stream()
+    logs.configure(level="INFO", format="json", stream=second, cache_loggers=True)
+    log.info("as_json", key=2)
+    assert "as_console" in first.getvalue()
+    assert not first.getvalue().startswith("{")
+    (record,) = second.records()
+    assert (record["event"], record["key"]) == ("as_json", 2)
