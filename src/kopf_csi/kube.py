@@ -32,10 +32,9 @@ from typing import Any, Literal, Protocol, TypeVar
 import aiohttp
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
-import orjson
 import structlog
 
-from kopf_csi import loops
+from kopf_csi import jsoncodec, loops
 from kopf_csi.reachability import Reachability
 from kopf_csi.throttling import TokenBucket
 
@@ -987,7 +986,7 @@ class KubeClient:
             method,
             url,
             headers=headers,
-            data=None if body is None else orjson.dumps(body),
+            data=None if body is None else jsoncodec.dumps(body),
             timeout=aiohttp.ClientTimeout(total=timeout),
             **options,
         )
@@ -1010,7 +1009,7 @@ async def _watch_events(response: Any, path: str) -> AsyncGenerator[Body, None]:
         for line in lines:
             if not line.strip():
                 continue
-            event = orjson.loads(line)
+            event = jsoncodec.loads(line)
             if event.get("type") == "ERROR":
                 status = event.get("object") or {}
                 raise KubeError(
@@ -1042,7 +1041,7 @@ def decode_secret_data(secret: Mapping[str, Any]) -> dict[str, str]:
 
 def _decode(raw: bytes, *, status: int, method: str, path: str) -> Body:
     try:
-        data = orjson.loads(raw) if raw else {}
+        data = jsoncodec.loads(raw) if raw else {}
     except ValueError:
         data = None
     if not isinstance(data, dict):

@@ -33,7 +33,6 @@ log nothing per watch event at their default verbosity.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import sys
@@ -41,8 +40,9 @@ import time
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Literal, TextIO
 
-import orjson
 import structlog
+
+from kopf_csi import jsoncodec
 
 __all__ = [
     "FORMATS",
@@ -163,12 +163,8 @@ def timestamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMappin
 
 
 def render_json(_: Any, __: str, event: Mapping[str, Any]) -> str:
-    """Processor: the line as JSON, anything else as its repr (orjson; the stdlib's json for
-    what orjson refuses: integers beyond 64 bits, strings that are not UTF-8)."""
-    try:
-        return orjson.dumps(event, default=repr, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:  # orjson.JSONEncodeError
-        return json.dumps(event, default=repr, separators=(",", ":"))
+    """Processor: the line as compact JSON, anything JSON has no form for as its repr."""
+    return jsoncodec.line(event, default=repr)
 
 
 RENDERED = "kopf_csi_rendered"
