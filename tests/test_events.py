@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import pathlib
+import re
 import time
 from typing import Any
 
@@ -68,6 +70,23 @@ async def test_an_event_is_named_as_client_go_names_it(
         assert prefix == "data"
         assert before <= int(stamp, 16) <= after
     assert events.event_name("x") < events.event_name("x")  # never the same name twice
+
+
+async def test_an_event_carries_the_time_in_utc_to_the_second(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    before = int(time.time())
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        recorder = events.Recorder(api, component="test")
+        await recorder.post(CLAIM, type_=events.NORMAL, reason="A", message="m")
+        await recorder.flush()
+    after = int(time.time())
+    (event,) = cluster.objects("events", namespace="default")
+    for key in ("firstTimestamp", "lastTimestamp"):
+        stamp = event[key]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp), stamp
+        when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+        assert before <= when.timestamp() <= after
 
 
 def test_event_names_never_repeat_nor_go_back(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import datetime
+import functools
 import socket
 import time
 import uuid
@@ -138,7 +138,13 @@ def _shard(uid: str) -> int:
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Now, in UTC, to the second (an Event's times): the text made once per second."""
+    return _second_text(int(time.time()))
+
+
+@functools.lru_cache(maxsize=4)
+def _second_text(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def component_name(driver: str) -> str:

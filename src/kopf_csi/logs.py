@@ -33,6 +33,7 @@ log nothing per watch event at their default verbosity.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import sys
@@ -144,22 +145,21 @@ def _shared() -> list[Any]:
     ]
 
 
-_second: tuple[int, str] = (0, "")
-
-
 def timestamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Processor: `timestamp`, UTC, ISO 8601 to the microsecond (`2026-12-07T13:26:02.377994Z`).
 
     structlog's `TimeStamper(fmt="iso", utc=True)` writes the same, but builds a datetime for
-    every line (and drops the fraction when it is zero); the seconds' text is kept here until
-    the second changes."""
-    global _second
+    every line (and drops the fraction when it is zero); the seconds' text is made once per
+    second here."""
     now = time.time()
     seconds = int(now)
-    if seconds != _second[0]:
-        _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
-    event["timestamp"] = f"{_second[1]}.{int((now - seconds) * 1e6):06d}Z"
+    event["timestamp"] = f"{_second_text(seconds)}.{int((now - seconds) * 1e6):06d}Z"
     return event
+
+
+@functools.lru_cache(maxsize=4)
+def _second_text(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 def render_json(_: Any, __: str, event: Mapping[str, Any]) -> str:
