@@ -52,7 +52,7 @@ def test_kopf_csi_run_logs_it_first_in_json(bad_module: pathlib.Path) -> None:
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     line = next(line for line in done.stderr.splitlines() if "module_failed_to_load" in line)
-    assert line.startswith(f'{{"error": "{bad_module}, line 4: SyntaxError: invalid syntax"')
+    assert line.startswith(f'{{"error":"{bad_module}, line 4: SyntaxError: invalid syntax"')
     record = json.loads(line)
     assert record["module"] == str(bad_module)
     assert "modules" not in record

@@ -117,7 +117,7 @@ async def test_run_provisions_a_claim_and_stops_on_sigterm(
         assert mark.read_text() == '{"timeout": 90.0, "attacher_timeout": 90.0, "workers": 7}'
     finally:
         log = await stopped_cleanly(process)
-    assert '"event": "operator_stopped"' in log
+    assert '"event":"operator_stopped"' in log
     starting = next(json.loads(line) for line in log.splitlines() if "operator_starting" in line)
     assert starting["event_loop"] == event_loop
 
@@ -291,7 +291,7 @@ async def test_run_without_a_csi_driver_serves_a_provisioner_module(
         assert list(base.iterdir()) == []
     finally:
         log = await stopped_cleanly(process)
-    assert '"event": "started_without_driver"' in log
+    assert '"event":"started_without_driver"' in log
 
 
 async def _bound_claim(
@@ -336,7 +336,7 @@ async def test_sigterm_stops_the_operator_at_once(
     took = time.monotonic() - signalled
     # kopf gave the task waiting for our stop flag 5 s as a "hung" task (5.5 s in all).
     assert took < 3.0, f"{took:.1f}s\n{log[-3000:]}"
-    assert '"event": "operator_stopped"' in log
+    assert '"event":"operator_stopped"' in log
 
 
 async def test_dotted_modules_are_found_from_the_current_directory(
