@@ -119,7 +119,6 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
         idle = env.sample()
         heap.freeze_startup()
         collector = FrozenHeap(every=options.bench_freeze_every)
-        collector.start()
         bench_cpu = procfs.cpu_seconds(os.getpid())
 
         posted: dict[int, float] = {}  # index -> when the client sent the POST
@@ -177,6 +176,7 @@ async def run_churn(options: Options, progress: Progress) -> dict[str, Any]:
                 f"{timeline.volumes}  PVs gone"
             ),
         )  # fmt: skip
+        collector.start()
         sampling = asyncio.create_task(sampler())
         looking = asyncio.create_task(looker()) if options.memory_every > 0 else None
         try:
