@@ -14,6 +14,8 @@ import pytest
 
 from devtools.bench.collector import FrozenHeap
 
+from .conftest import until
+
 
 @pytest.fixture
 def thawed() -> Iterator[None]:
@@ -27,7 +29,8 @@ async def test_the_heap_is_collected_then_frozen_and_every_pass_timed(thawed: No
     heap = FrozenHeap(every=0.05)
     heap.start()
     try:
-        await asyncio.sleep(0.3)
+        # two passes due in 0.1 s; a busy machine is slower
+        await until(lambda: len(heap.pauses[2]) >= 2, timeout=30)
         assert gc.get_freeze_count() >= len(kept)
         gc.collect()
     finally:
