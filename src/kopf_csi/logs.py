@@ -38,6 +38,7 @@ import logging
 import re
 import sys
 import time
+import types
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Literal, TextIO
 
@@ -170,24 +171,42 @@ def render_json(_: Any, __: str, event: Mapping[str, Any]) -> str:
 RENDERED = "kopf_csi_rendered"
 """The attribute of a stdlib record whose message structlog's chain has rendered already."""
 
-_AS_RENDERED = {"extra": {RENDERED: True}}
+_AS_RENDERED = types.MappingProxyType({"extra": types.MappingProxyType({RENDERED: True})})
 
 
 def _renderer(format: Format, colors: bool) -> Any:
     if format == "json":
         return render_json
-    return structlog.dev.ConsoleRenderer(colors=colors)
+    console = structlog.dev.ConsoleRenderer(colors=colors)
+
+    def render_console(logger: Any, method: str, event: Mapping[str, Any]) -> str:
+        return console(logger, method, dict(event))  # it pops keys: the line stays whole
+
+    return render_console
 
 
 _rendering: Any = render_json
 """The renderer of the last `configure()`: loggers cached by an earlier one follow it too."""
 
 
+_ALWAYS = ("event", "level", "logger", "timestamp", *OBJECT_KEYS)
+"""The keys a line keeps when its values cannot be rendered (all of them text)."""
+
+
 def _render_to_stdlib(
     logger: Any, method: str, event: MutableMapping[str, Any]
-) -> tuple[tuple[str], dict[str, Any]]:
-    """Last processor: the line, rendered, goes to the stdlib logger as its message, marked."""
-    return (_rendering(logger, method, event),), _AS_RENDERED
+) -> tuple[tuple[str], Mapping[str, Any]]:
+    """Last processor: the line, rendered, goes to the stdlib logger as its message, marked.
+
+    It runs in the code that logs, not in the handler (which the stdlib guards): a value that
+    cannot be rendered (a `__repr__` that raises, a structure that contains itself) leaves the
+    line with its text keys and `render_error` instead of failing that code."""
+    try:
+        line = _rendering(logger, method, event)
+    except Exception as exc:  # any value's own failure: the line goes on
+        kept = {key: str(event[key]) for key in _ALWAYS if key in event}
+        line = _rendering(logger, method, {**kept, "render_error": type(exc).__name__})
+    return (line,), _AS_RENDERED
 
 
 class Formatter(structlog.stdlib.ProcessorFormatter):

@@ -274,3 +274,55 @@ def test_a_cached_logger_follows_a_new_format(restore_logging: None) -> None:
     assert not first.getvalue().startswith("{")
     (record,) = second.records()
     assert (record["event"], record["key"]) == ("as_json", 2)
+
+
+class _Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize("format", ["json", "console"])
+def test_a_value_that_cannot_be_rendered_does_not_fail_the_code_that_logs(
+    restore_logging: None, format: logs.Format
+) -> None:
+    """Lines are rendered in the code that logs (not in the handler, which the stdlib guards):
+    a bad value leaves the line with its text keys and the renderer's failure, and the next
+    line is whole."""
+    stream = Stream()
+    logs.configure(level="INFO", format=format, stream=stream, cache_loggers=False)
+    looped: list[Any] = []
+    looped.append(looped)  # a list that contains itself
+    log = structlog.get_logger("kopf_csi.test")
+    log.info("bad_value", obj=CLAIM, value=_Unprintable())
+    log.info("looped_value", value=looped)
+    log.info("next_line", value=1)
+    bad, looped_line, following = stream.lines()
+    if format == "json":
+        record = json.loads(bad)
+        assert record["event"] == "bad_value"
+        assert record["render_error"] == "RuntimeError"
+        assert IDENTITY.items() <= record.items()  # still about its object
+        assert "value" not in record
+        assert json.loads(looped_line)["event"] == "looped_value"
+        assert {"event": "next_line", "value": 1}.items() <= json.loads(following).items()
+    else:
+        assert "bad_value" in bad
+        assert "render_error=RuntimeError" in bad
+        assert "looped_value" in looped_line  # the console renders it ([[...]])
+        assert "next_line" in following
+
+
+def _fail() -> None:
+    raise ValueError("the reason")
+
+
+def test_an_exception_logged_is_in_its_line(json_stream: Stream) -> None:
+    try:
+        _fail()
+    except ValueError:
+        structlog.get_logger("kopf_csi.test").exception("it_failed", obj=CLAIM)
+    (record,) = json_stream.records()
+    assert record["event"] == "it_failed"
+    assert record["level"] == "error"
+    assert "ValueError: the reason" in record["exception"]
+    assert "Traceback (most recent call last)" in record["exception"]
