@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import ctypes
 import ctypes.util
 import gc
 import os
-import pathlib
 import sys
 import tempfile
 import threading
@@ -30,6 +28,8 @@ import tracemalloc
 import types
 from collections.abc import Callable
 from typing import Any
+
+from devtools.bench import procfs
 
 __all__ = ["Growth", "heap_figures"]
 
@@ -93,17 +93,17 @@ def pymalloc_figures() -> dict[str, int]:
 
 
 def rss_parts() -> dict[str, int]:
-    """The RSS's parts (KiB), from `/proc/self/status`: anonymous memory (the heaps, mapped
-    blocks, stacks) apart from file pages (the code of the interpreter and its libraries,
-    counted as they are first run); empty where there is no such file."""
-    keys = {"RssAnon:": "rss_anon_kib", "RssFile:": "rss_file_kib"}
-    parts: dict[str, int] = {}
-    with contextlib.suppress(OSError):
-        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
-            key, _, rest = line.partition("\t")
-            if key in keys:
-                parts[keys[key]] = int(rest.split()[0])
-    return parts
+    """The RSS's parts (KiB): anonymous memory (the heaps, mapped blocks, stacks) apart from
+    file pages (the code of the interpreter and its libraries, counted as they are first run);
+    empty where `/proc` does not say."""
+    try:
+        fields = procfs.status(os.getpid())
+        return {
+            "rss_anon_kib": int(fields["RssAnon"].split()[0]),  # "52876 kB"
+            "rss_file_kib": int(fields["RssFile"].split()[0]),
+        }
+    except (OSError, KeyError):
+        return {}
 
 
 def heap_figures() -> dict[str, int]:

@@ -2,7 +2,8 @@
 
 CPU is `utime + stime` from `/proc/<pid>/stat` (every thread, the exited ones included; in
 clock ticks, usually 10 ms). Memory is `VmRSS` (now) and `VmHWM` (the peak resident set since
-the process started) from `/proc/<pid>/status`. Client sockets are matched to processes through
+the process started) from `/proc/<pid>/status`, which also parts the RSS into anonymous memory
+and file pages (`RssAnon`, `RssFile`). Client sockets are matched to processes through
 `/proc/net/tcp` and `/proc/<pid>/fd`, to tell whose HTTP requests the emulated API serves.
 """
 
@@ -13,7 +14,7 @@ import os
 import pathlib
 from collections.abc import Iterable
 
-__all__ = ["MiB", "Sample", "cpu_seconds", "sample", "socket_owners"]
+__all__ = ["MiB", "Sample", "cpu_seconds", "sample", "socket_owners", "status"]
 
 MiB = 1024 * 1024
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -36,16 +37,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15
 
 
-def sample(pid: int) -> Sample:
-    status: dict[str, str] = {}
+def status(pid: int) -> dict[str, str]:
+    """`/proc/<pid>/status`, key by key (`VmRSS` → `123 kB`)."""
+    fields: dict[str, str] = {}
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        status[key] = value.strip()
+        fields[key] = value.strip()
+    return fields
+
+
+def sample(pid: int) -> Sample:
+    fields = status(pid)
     return Sample(
         cpu=cpu_seconds(pid),
-        rss=_kib(status.get("VmRSS", "0 kB")),
-        hwm=_kib(status.get("VmHWM", "0 kB")),
-        threads=int(status.get("Threads", "0")),
+        rss=_kib(fields.get("VmRSS", "0 kB")),
+        hwm=_kib(fields.get("VmHWM", "0 kB")),
+        threads=int(fields.get("Threads", "0")),
     )
 
 
