@@ -16,7 +16,8 @@ that has kopf-csi installed:
 
 Each sample is charged to its innermost Python frame ("self": the C code that frame called,
 orjson's or OpenSSL's, is its own) and to every Python frame on its stack ("inclusive").
-`--callers NAME` says who called the function NAME, by the frames above it. Python 3.13 spends
+`--callers NAME` says who called the function NAME, by the frames above it; `--callees NAME`
+what it called, by the frames below it, and how much was its own ("(self)"). Python 3.13 spends
 5-10 % more CPU than the image's 3.11 (docs/benchmarks.md), in much the same places.
 Not part of the test suite's runs; its folding is tested (tests/test_perffold.py).
 """
@@ -112,6 +113,19 @@ def callers(samples: Iterable[list[str]], name: str, depth: int = 1) -> collecti
     return found
 
 
+def callees(samples: Iterable[list[str]], name: str, depth: int = 1) -> collections.Counter[str]:
+    """What `name` called, `depth` frames down, over the samples in it ("(self)": in `name`
+    itself, or in the C it called; a deeper chain cut short keeps the frames it has)."""
+    found: collections.Counter[str] = collections.Counter()
+    for stack in samples:
+        names = [frame[0] for frame in python_frames(stack)]
+        if name in names:
+            at = len(names) - 1 - names[::-1].index(name)  # the outermost: recursion counts once
+            below = names[max(at - depth, 0) : at][::-1]
+            found[" -> ".join(below) or "(self)"] += 1
+    return found
+
+
 def report(profile: Profile, top: int) -> str:
     unnamed = profile.share(profile.unnamed)
     lines = [f"{profile.samples} samples; {unnamed:.1f} % with no Python frame"]
@@ -132,12 +146,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--top", type=int, default=40, help="rows per table (40)")
     parser.add_argument("--callers", metavar="NAME", help="who called NAME (`Class.method`)")
-    parser.add_argument("--depth", type=int, default=1, help="frames up, with --callers (1)")
+    parser.add_argument("--callees", metavar="NAME", help="what NAME called, and its self")
+    parser.add_argument(
+        "--depth", type=int, default=1, help="frames up or down, with --callers or --callees (1)"
+    )
     args = parser.parse_args(argv)
     samples = list(stacks(sys.stdin))
-    if args.callers:
+    if args.callers or args.callees:
         total = len(samples)
-        for chain, n in callers(samples, args.callers, args.depth).most_common(args.top):
+        if args.callers:
+            found = callers(samples, args.callers, args.depth)
+        else:
+            found = callees(samples, args.callees, args.depth)
+        for chain, n in found.most_common(args.top):
             print(f"{100.0 * n / total:6.2f} %  {chain}")
     else:
         print(report(fold(samples), args.top))

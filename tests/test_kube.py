@@ -136,6 +136,23 @@ async def test_lost_races_are_stale_writes_and_other_errors_are_not(
         kube.guarded_patch({"metadata": {"name": "cm"}}, {})
 
 
+async def test_a_write_whose_answer_is_not_wanted_is_done_and_its_errors_still_typed(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    """`answer=False` (the journal's lanes, the Events): the write happens, nothing is decoded
+    for the caller, and an error answer is the same typed error as ever."""
+    body = {"metadata": {"name": "cm", "namespace": "default"}, "data": {"a": "1"}}
+    assert await api.create(kube.CONFIGMAPS, body, answer=False) == {}
+    patch = {"data": {"b": "2"}}
+    assert await api.patch(kube.CONFIGMAPS, "cm", patch, "default", answer=False) == {}
+    assert cluster.get("configmaps", "default", "cm")["data"] == {"a": "1", "b": "2"}
+    with pytest.raises(kube.ConflictError):  # 409 AlreadyExists
+        await api.create(kube.CONFIGMAPS, body, answer=False)
+    with pytest.raises(kube.NotFoundError):
+        await api.patch(kube.CONFIGMAPS, "gone", {"data": {}}, "default", answer=False)
+    assert api.reachability.reachable
+
+
 async def test_a_claim_status_write_that_loses_a_race_is_built_again(
     cluster: EmulatedCluster, api: kube.KubeClient
 ) -> None:

@@ -68,3 +68,16 @@ def test_callers_are_the_frames_above() -> None:
         "KubeClient._request <- KubeClient._request": 1
     }
     assert perffold.callers(samples(), "CSIBackend.delete") == {"(the root)": 1}
+
+
+def test_callees_are_the_frames_below_and_the_rest_is_self() -> None:
+    assert perffold.callees(samples(), "KubeClient._request") == {
+        "KubeClient._send": 1,
+        "KubeClient._request": 1,  # recursive: from the outermost frame, so counted once
+    }
+    assert perffold.callees(samples(), "KubeClient._request", depth=2) == {
+        "KubeClient._send -> ClientSession.request": 1,
+        "KubeClient._request -> _decode": 1,
+    }
+    assert perffold.callees(samples(), "_decode") == {"(self)": 1}
+    assert perffold.callees(samples(), "CSIBackend.delete", depth=3) == {"Logger.info": 1}

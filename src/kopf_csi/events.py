@@ -276,7 +276,7 @@ class Recorder:
                 patch = {"count": seen.count, "lastTimestamp": body["lastTimestamp"]}
                 await self.api.patch(kube.EVENTS, seen.name, patch, seen.namespace)
                 return
-            created = await self.api.create(kube.EVENTS, body)
+            await self.api.create(kube.EVENTS, body, answer=False)  # named by `_event`
         except kube.UnavailableError:
             raise  # waited for and tried again (`_send`)
         except kube.KubeError as exc:
@@ -285,8 +285,8 @@ class Recorder:
             self._unremember(key)
             return
         posted = _Posted(
-            name=created["metadata"]["name"],
-            namespace=created["metadata"].get("namespace", "default"),
+            name=body["metadata"]["name"],
+            namespace=body["metadata"]["namespace"],
             count=1,
             first_seen=now,
         )

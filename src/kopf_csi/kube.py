@@ -798,9 +798,12 @@ class KubeClient:
                 return
             query["continue"] = token
 
-    async def create(self, resource: Resource, body: Mapping[str, Any]) -> Body:
+    async def create(
+        self, resource: Resource, body: Mapping[str, Any], *, answer: bool = True
+    ) -> Body:
+        """The object created; with `answer=False`, an empty dict (see `patch`)."""
         namespace = body.get("metadata", {}).get("namespace")
-        return await self._request("POST", resource.path(namespace), body=body)
+        return await self._request("POST", resource.path(namespace), body=body, answer=answer)
 
     async def replace(self, resource: Resource, body: Mapping[str, Any]) -> Body:
         meta = body.get("metadata", {})
@@ -816,10 +819,14 @@ class KubeClient:
         *,
         patch_type: PatchType = "merge",
         subresource: str | None = None,
+        answer: bool = True,
     ) -> Body:
+        """The object patched. With `answer=False`, an empty dict: the server's answer is
+        read but not decoded, for a caller that never looks at it (the journal's lanes: each
+        answer holds every record of its ConfigMap). An error answer is decoded as ever."""
         path = resource.path(namespace, name) + (f"/{subresource}" if subresource else "")
         return await self._request(
-            "PATCH", path, body=patch, content_type=CONTENT_TYPES[patch_type]
+            "PATCH", path, body=patch, content_type=CONTENT_TYPES[patch_type], answer=answer
         )
 
     async def delete(
@@ -916,6 +923,7 @@ class KubeClient:
         query: Mapping[str, str | None] | None = None,
         content_type: str = "application/json",
         accept: str | None = None,
+        answer: bool = True,
     ) -> Body:
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {**self._headers, "Content-Type": content_type}
@@ -939,6 +947,9 @@ class KubeClient:
         finally:
             if self._observers:
                 self._observed(method, path, code, started)
+        if not answer and 200 <= status < 300:
+            self.reachability.answered()
+            return {}
         try:
             decoded = _decode(raw, status=status, method=method, path=path)
         except UnavailableError as exc:

@@ -91,6 +91,24 @@ def test_installed_on_import() -> None:
     )
 
 
+def test_h2_still_builds_every_received_frames_text_and_gets_the_short_one() -> None:
+    """The frame text is worth making cheap only while h2 builds it for each frame it reads;
+    once installed, it is the short one, for every frame type h2 reads."""
+    import h2.connection
+    import hyperframe.frame
+
+    assert importlib.metadata.version("h2") == speedups.H2_VERSION
+    assert importlib.metadata.version("hyperframe") == speedups.HYPERFRAME_VERSION
+    assert "repr(frame)" in inspect.getsource(h2.connection.H2Connection._receive_frame)
+    data = hyperframe.frame.DataFrame(3, data=b"\x00" * 4096, flags=["END_STREAM"])
+    headers = hyperframe.frame.HeadersFrame(5, data=b"\x82")
+    assert (repr(data), repr(headers)) == ("DataFrame(stream_id=3)", "HeadersFrame(stream_id=5)")
+    assert all(
+        frame_type.__repr__ is speedups.short_frame_repr
+        for frame_type in hyperframe.frame.FRAMES.values()
+    )
+
+
 # -- encode_varint ------------------------------------------------------------------------------
 
 

@@ -49,7 +49,13 @@ class _BrokenPipes:
         return {"data": dict(self.data)}  # the lane's ConfigMap exists
 
     async def patch(
-        self, resource: kube.Resource, name: str, patch: Mapping[str, Any], namespace: str
+        self,
+        resource: kube.Resource,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str,
+        *,
+        answer: bool = True,
     ) -> dict[str, Any]:
         self.writes += 1
         await asyncio.sleep(0.01)  # the batch fills meanwhile

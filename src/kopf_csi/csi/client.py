@@ -477,7 +477,10 @@ def _debugging() -> bool:
     config = structlog.get_config()
     if not isinstance(config.get("logger_factory"), structlog.stdlib.LoggerFactory):
         return True
-    return logging.getLogger("kopf_csi.csi").isEnabledFor(logging.DEBUG)
+    return _STDLIB_LOGGER.isEnabledFor(logging.DEBUG)  # cached by the stdlib, cleared on change
+
+
+_STDLIB_LOGGER = logging.getLogger("kopf_csi.csi")  # one object for ever: `getLogger` locks
 
 
 @contextlib.contextmanager

@@ -18,6 +18,15 @@ checked against, and tests/csi/test_speedups.py fails when the installed one dif
 replaced functions' code changes, or when any generated message serialises differently with and
 without them (`original_codec()` restores betterproto2's own path, for those tests).
 Only kopf_csi.csi imports betterproto2; `kopf_csi.csi.messages` installs these on import.
+
+One more, in the HTTP/2 stack under grpclib: h2 (4.4.1) writes every frame it receives to its
+`trace` log, and builds the text first, whether anything logs it or not (`repr(frame)` in
+`H2Connection._receive_frame`; grpclib's connections log nowhere). hyperframe's `Frame.__repr__`
+serialises a DATA or HEADERS frame's body again to show its first bytes in hex: 0.9 % of the
+operator's CPU under churn (docs/benchmarks.md, "Seventh session"). `short_frame_repr` names the
+frame's type and stream instead; nothing else reads those texts. `H2_VERSION` and
+`HYPERFRAME_VERSION` are the releases checked, and the tests fail when h2 no longer builds the
+text (the change would then be useless) or either release differs.
 """
 
 from __future__ import annotations
@@ -29,17 +38,27 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import betterproto2
+import hyperframe.frame
 
 __all__ = [
     "BETTERPROTO2_VERSION",
+    "H2_VERSION",
+    "HYPERFRAME_VERSION",
     "encode_varint",
     "install",
     "install_cached_defaults",
     "original_codec",
+    "short_frame_repr",
 ]
 
 BETTERPROTO2_VERSION = "0.10.0"
 """The betterproto2 release whose `_get_field_default` and `encode_varint` these replace."""
+
+H2_VERSION = "4.4.1"
+"""The h2 release whose `_receive_frame` builds each frame's text for its trace log."""
+
+HYPERFRAME_VERSION = "6.1.0"
+"""The hyperframe release whose `Frame.__repr__` `short_frame_repr` replaces."""
 
 ORIGINAL_GET_FIELD_DEFAULT = betterproto2.Message._get_field_default
 ORIGINAL_ENCODE_VARINT = betterproto2.encode_varint
@@ -110,11 +129,18 @@ def install_cached_defaults(modules: Iterable[object]) -> None:
                 value._get_field_default = _cached_field_default  # type: ignore[method-assign]
 
 
+def short_frame_repr(frame: hyperframe.frame.Frame) -> str:
+    """A frame's type and stream, e.g. `DataFrame(stream_id=3)`."""
+    return f"{type(frame).__name__}(stream_id={frame.stream_id})"
+
+
 def install(modules: Iterable[object]) -> None:
-    """Both: the cached defaults on `modules`' classes, and the varint encoder, process-wide
-    (betterproto2's serialiser looks `encode_varint` up in its module on every call)."""
+    """All three: the cached defaults on `modules`' classes, and process-wide the varint
+    encoder (betterproto2's serialiser looks `encode_varint` up in its module on every call)
+    and the short frame texts."""
     install_cached_defaults(modules)
     betterproto2.encode_varint = encode_varint
+    hyperframe.frame.Frame.__repr__ = short_frame_repr  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

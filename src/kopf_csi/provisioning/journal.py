@@ -377,7 +377,9 @@ class _Lane:
         self.writes += 1
         if self._exists is not False:
             try:
-                await self.api.patch(kube.CONFIGMAPS, self.name, patch, self.namespace)
+                await self.api.patch(
+                    kube.CONFIGMAPS, self.name, patch, self.namespace, answer=False
+                )
             except kube.NotFoundError:
                 self._exists = False  # deleted by someone: create it again
             else:
@@ -390,9 +392,9 @@ class _Lane:
             "data": {k: v for k, v in patch["data"].items() if v is not None},
         }
         try:
-            await self.api.create(kube.CONFIGMAPS, body)
+            await self.api.create(kube.CONFIGMAPS, body, answer=False)
         except kube.ConflictError:  # created meanwhile (another flush, a previous leader)
-            await self.api.patch(kube.CONFIGMAPS, self.name, patch, self.namespace)
+            await self.api.patch(kube.CONFIGMAPS, self.name, patch, self.namespace, answer=False)
         self._exists = True
 
 
