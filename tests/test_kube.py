@@ -7,6 +7,7 @@ import pathlib
 from collections.abc import AsyncIterator
 
 import pytest
+import yarl
 
 from kopf_csi import kube
 from kopf_csi.resizing.writes import patch_claim_status
@@ -204,3 +205,44 @@ def test_kubeconfig_files_are_the_listed_files_that_exist(tmp_path: pathlib.Path
     listed = os.pathsep.join(["", str(tmp_path / "missing"), str(real), str(tmp_path)])
     assert kube.kubeconfig_files(listed) == [real]
     assert kube.kubeconfig_files(str(tmp_path / "missing")) == []
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "https://127.0.0.1:6443",
+        "https://[::1]:6443",
+        "https://kubernetes.default.svc/",
+        "https://rancher.example.com/k8s/clusters/c-m-1",  # an API behind a proxy's path
+        "http://localhost:8001",
+    ],
+)
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/persistentvolumes/pvc-6f1c2a8e-0a7b-4f5e-9c57-3e1d2f4a5b6c",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/system:csi-external-provisioner",
+        "/api/v1/namespaces/default/events",
+    ],
+)
+@pytest.mark.parametrize(
+    "params",
+    [
+        (),
+        (("fieldManager", "csi-provisioner"),),
+        (("labelSelector", "app in (a,b),tier!=x"), ("limit", "500"), ("continue", "eyJ2Ijo+/=")),
+    ],
+)
+def test_a_requests_url_built_from_its_parts_is_the_one_parsed(
+    host: str, path: str, params: tuple[tuple[str, str], ...]
+) -> None:
+    """The same server, path and query values as parsing the text gives. (The text itself may
+    differ: parsing unquoted some of the query's safe characters, `(`, `,`, `/`, which the
+    server decodes the same.)"""
+    query = kube._query(params) if params else ""
+    built = kube._url(host, path, query)
+    parsed = yarl.URL(host.rstrip("/") + path + (f"?{query}" if query else ""))
+    assert built.origin() == parsed.origin()
+    assert (built.raw_path, built.path) == (parsed.raw_path, parsed.path)
+    assert list(built.query.items()) == list(parsed.query.items()) == list(params)
+    assert built.raw_query_string == query

@@ -34,6 +34,7 @@ import aiohttp
 import kubernetes_asyncio.client
 import kubernetes_asyncio.config
 import structlog
+import yarl
 
 from kopf_csi import jsoncodec, loops
 from kopf_csi.reachability import Reachability
@@ -983,9 +984,7 @@ class KubeClient:
         auth = (await configuration.auth_settings()).get("BearerToken")
         if auth:
             headers[auth["key"]] = auth["value"]
-        url = configuration.host + path
-        if params:
-            url += "?" + _query(tuple(params))
+        url = _url(configuration.host, path, _query(tuple(params)) if params else "")
         client: Any = api.rest_client
         options: dict[str, Any] = {}
         if client.proxy:
@@ -1008,6 +1007,26 @@ class KubeClient:
         resource = resource_of(path)
         for observer in self._observers:
             observer.requested(self.manager, method, resource, code, seconds)
+
+
+def _url(host: str, path: str, query: str) -> yarl.URL:
+    """`host` + `path` + `?query` as a URL, built from its parts (already encoded: the paths
+    of `Resource.path`, the query of `_query`) instead of parsed and encoded again: each
+    request has a new path (a volume's name), and yarl's parsing of it took about 0.9 % of the
+    operator's CPU under churn. `host` may have a path of its own (an API behind a proxy)."""
+    base = _base_url(host)
+    return yarl.URL.build(
+        scheme=base.scheme,
+        authority=base.raw_authority,
+        path=base.raw_path.rstrip("/") + path,
+        query_string=query,
+        encoded=True,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _base_url(host: str) -> yarl.URL:
+    return yarl.URL(host)
 
 
 @functools.lru_cache(maxsize=256)
