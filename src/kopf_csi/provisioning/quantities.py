@@ -11,6 +11,7 @@ the PV's `spec.capacity.storage` is written with (`1Gi`, `1536Mi`, `1000000000`,
 from __future__ import annotations
 
 import fractions
+import functools
 import math
 import re
 
@@ -33,8 +34,11 @@ class QuantityError(ValueError):
     """Not a Kubernetes quantity; the messages are apimachinery's."""
 
 
+@functools.lru_cache(maxsize=512)
 def parse_quantity(text: str) -> fractions.Fraction:
-    """The exact value of a quantity, before any rounding."""
+    """The exact value of a quantity, before any rounding. Remembered: a cluster's claims ask
+    for a few sizes, and exact fractions cost several microseconds each (about 1 % of the
+    operator's CPU under churn, docs/benchmarks.md, "Seventh session")."""
     match = _SYNTAX.fullmatch(text)
     if not text or match is None:
         raise QuantityError(_FORMAT_WRONG)
@@ -53,6 +57,7 @@ def parse_quantity(text: str) -> fractions.Fraction:
     return -number if sign == "-" else number
 
 
+@functools.lru_cache(maxsize=512)
 def quantity_bytes(text: str) -> int:
     """`Quantity.Value()`: rounded up (away from zero) to a whole number, capped at int64."""
     exact = parse_quantity(text)
