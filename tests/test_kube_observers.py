@@ -62,6 +62,42 @@ async def test_each_request_is_told_with_its_role_resource_and_code(
     assert len(recorder.connections) == 3  # each request got one
 
 
+async def test_every_kind_of_request_names_its_resource_as_its_path_does(
+    cluster: EmulatedCluster, kubeconfig: pathlib.Path
+) -> None:
+    """The callers that know the resource tell it (no parse of each path): the same names as
+    `resource_of` gives for the paths they send, namespaced and with a subresource."""
+    recorder = Recorder()
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"}}
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "data", "namespace": "ns"}, "spec": {}}  # fmt: skip
+    async with await kube.KubeClient.connect(kubeconfig) as api:
+        api.observe(recorder)
+        created = await api.create(kube.CONFIGMAPS, cm)
+        await api.read(kube.CONFIGMAPS, "cm", "ns")
+        await api.get_metadata(kube.CONFIGMAPS, "cm", "ns")
+        await api.list(kube.CONFIGMAPS, "ns")
+        await api.replace(kube.CONFIGMAPS, created)
+        await api.patch(kube.CONFIGMAPS, "cm", {"data": {"a": "b"}}, "ns", answer=False)
+        await api.delete(kube.CONFIGMAPS, "cm", "ns")
+        await api.create(kube.CLAIMS, claim)
+        await api.patch(kube.CLAIMS, "data", {"status": {"phase": "Bound"}}, "ns",
+                        subresource="status")  # fmt: skip
+        await api.version()
+    paths = [
+        "/api/v1/namespaces/ns/configmaps",
+        *["/api/v1/namespaces/ns/configmaps/cm"] * 2,
+        "/api/v1/namespaces/ns/configmaps",
+        *["/api/v1/namespaces/ns/configmaps/cm"] * 3,
+        "/api/v1/namespaces/ns/persistentvolumeclaims",
+        "/api/v1/namespaces/ns/persistentvolumeclaims/data/status",
+        "/version",
+    ]
+    told = [resource for _, _, resource, _ in recorder.requests]
+    assert told == [kube.resource_of(path) for path in paths]
+    assert told[-2:] == ["persistentvolumeclaims/status", "version"]
+
+
 async def test_a_request_with_no_answer_is_an_error(tmp_path: pathlib.Path) -> None:
     with socket.socket() as unused:  # a port nobody listens on once this closes
         unused.bind(("127.0.0.1", 0))

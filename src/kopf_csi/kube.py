@@ -735,14 +735,16 @@ class KubeClient:
         The server leaves the rest out: a Secret's data never comes over the wire.
         """
         try:
-            return await self._request("GET", resource.path(namespace, name), accept=METADATA_ONLY)
+            return await self._request(
+                "GET", resource.path(namespace, name), accept=METADATA_ONLY, names=resource.plural
+            )
         except NotFoundError:
             return None
 
     async def read(self, resource: Resource, name: str, namespace: str | None = None) -> Body:
         """The object; `NotFoundError` when it does not exist, with the server's own text
         (`volumesnapshots.snapshot.storage.k8s.io "x" not found`), as client-go's Get."""
-        return await self._request("GET", resource.path(namespace, name))
+        return await self._request("GET", resource.path(namespace, name), names=resource.plural)
 
     async def list(
         self,
@@ -784,7 +786,9 @@ class KubeClient:
         restarted = False
         while True:
             try:
-                answer = await self._request("GET", resource.path(namespace), query=query)
+                answer = await self._request(
+                    "GET", resource.path(namespace), query=query, names=resource.plural
+                )
             except KubeError as exc:
                 if exc.status != 410 or "continue" not in query or restarted:
                     raise
@@ -805,12 +809,14 @@ class KubeClient:
     ) -> Body:
         """The object created; with `answer=False`, an empty dict (see `patch`)."""
         namespace = body.get("metadata", {}).get("namespace")
-        return await self._request("POST", resource.path(namespace), body=body, answer=answer)
+        return await self._request(
+            "POST", resource.path(namespace), body=body, answer=answer, names=resource.plural
+        )
 
     async def replace(self, resource: Resource, body: Mapping[str, Any]) -> Body:
         meta = body.get("metadata", {})
         path = resource.path(meta.get("namespace"), meta["name"])
-        return await self._request("PUT", path, body=body)
+        return await self._request("PUT", path, body=body, names=resource.plural)
 
     async def patch(
         self,
@@ -827,9 +833,11 @@ class KubeClient:
         read but not decoded, for a caller that never looks at it (the journal's lanes: each
         answer holds every record of its ConfigMap). An error answer is decoded as ever."""
         path = resource.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        names = f"{resource.plural}/{subresource}" if subresource else resource.plural
         return await self._request(
-            "PATCH", path, body=patch, content_type=CONTENT_TYPES[patch_type], answer=answer
-        )
+            "PATCH", path, body=patch, content_type=CONTENT_TYPES[patch_type], answer=answer,
+            names=names,
+        )  # fmt: skip
 
     async def delete(
         self,
@@ -846,7 +854,9 @@ class KubeClient:
         if any(preconditions.values()):
             options["preconditions"] = {k: v for k, v in preconditions.items() if v}
         try:
-            return await self._request("DELETE", resource.path(namespace, name), body=options)
+            return await self._request(
+                "DELETE", resource.path(namespace, name), body=options, names=resource.plural
+            )
         except NotFoundError:
             return None
 
@@ -926,7 +936,10 @@ class KubeClient:
         content_type: str = "application/json",
         accept: str | None = None,
         answer: bool = True,
+        names: str = "",
     ) -> Body:
+        """One request and its decoded answer; `names`: the resource it names, as
+        `resource_of(path)` would say (given by the callers that know it, to save the parse)."""
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         headers = {**self._headers, "Content-Type": content_type}
         if accept is not None:
@@ -948,7 +961,7 @@ class KubeClient:
             raise error from exc
         finally:
             if self._observers:
-                self._observed(method, path, code, started)
+                self._observed(method, names or resource_of(path), code, started)
         if not answer and 200 <= status < 300:
             self.reachability.answered()
             return {}
@@ -1002,9 +1015,8 @@ class KubeClient:
             **options,
         )
 
-    def _observed(self, method: str, path: str, code: str, started: float) -> None:
+    def _observed(self, method: str, resource: str, code: str, started: float) -> None:
         seconds = time.perf_counter() - started
-        resource = resource_of(path)
         for observer in self._observers:
             observer.requested(self.manager, method, resource, code, seconds)
 
