@@ -1011,7 +1011,7 @@ class KubeClient:
             url,
             headers=headers,
             data=None if body is None else jsoncodec.dumps(body),
-            timeout=aiohttp.ClientTimeout(total=timeout),
+            timeout=_NO_TIMEOUT if timeout is None else aiohttp.ClientTimeout(total=timeout),
             **options,
         )
 
@@ -1019,6 +1019,9 @@ class KubeClient:
         seconds = time.perf_counter() - started
         for observer in self._observers:
             observer.requested(self.manager, method, resource, code, seconds)
+
+
+_NO_TIMEOUT = aiohttp.ClientTimeout(total=None)  # frozen: one for every request without one
 
 
 def _url(host: str, path: str, query: str) -> yarl.URL:

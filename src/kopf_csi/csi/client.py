@@ -485,11 +485,12 @@ _STDLIB_LOGGER = logging.getLogger("kopf_csi.csi")  # one object for ever: `getL
 
 @contextlib.contextmanager
 def _translated(method: str, timeout: float, request: betterproto2.Message) -> Any:
-    """The boundary where grpclib's and the OS's errors become `CSIError` (httpx-style)."""
-    secrets = secret_values(request)
+    """The boundary where grpclib's and the OS's errors become `CSIError` (httpx-style). The
+    request's secrets are looked up only when there is an error text to scrub of them."""
     try:
         yield
     except GRPCError as exc:
+        secrets = secret_values(request)
         code = _code(exc.status)
         text = scrub(exc.message or code.name, secrets)
         if secrets:  # the driver's text may echo a secret: scrub the chained cause too
@@ -502,10 +503,11 @@ def _translated(method: str, timeout: float, request: betterproto2.Message) -> A
     except TimeoutError as exc:
         raise CSITimeoutError(f"timed out after {timeout:g}s", method=method) from exc
     except CONNECTION_ERRORS as exc:
-        text = scrub(f"connection to the driver failed: {type(exc).__name__}: {exc}", secrets)
+        text = f"connection to the driver failed: {type(exc).__name__}: {exc}"
+        text = scrub(text, secret_values(request))
         raise CSIError(text, method=method, code=Code.UNAVAILABLE) from exc
     except OSError as exc:
-        text = scrub(f"socket error: {type(exc).__name__}: {exc}", secrets)
+        text = scrub(f"socket error: {type(exc).__name__}: {exc}", secret_values(request))
         raise CSIError(text, method=method, code=Code.UNAVAILABLE) from exc
 
 
