@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps", "line", "loads"]
+__all__ = ["dumps", "line", "loads", "stored"]
 
 loads: Callable[[bytes | bytearray | memoryview | str], Any] = orjson.loads
 """A JSON document's value (`ValueError` for what is not JSON)."""
@@ -23,6 +23,17 @@ loads: Callable[[bytes | bytearray | memoryview | str], Any] = orjson.loads
 def dumps(value: Any) -> bytes:
     """A request body: JSON, as UTF-8 bytes (`TypeError` for what JSON cannot hold)."""
     return orjson.dumps(value)
+
+
+def stored(value: Any) -> str:
+    """Compact JSON text with sorted keys, for a record kept in an object (the in-flight
+    journal's): the standard library's `json.dumps(value, separators=(",", ":"),
+    sort_keys=True)` but for text beyond ASCII, written as UTF-8 rather than escaped (the same
+    JSON to any reader); the standard library's for what orjson refuses."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def line(value: Any, *, default: Callable[[Any], Any]) -> str:

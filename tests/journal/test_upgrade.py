@@ -71,6 +71,20 @@ def test_this_release_writes_format_2_and_reads_1_and_2() -> None:
     assert decode(previous_release_record(claim)) == snapshot_of(claim)
 
 
+def test_a_record_is_the_standard_librarys_compact_sorted_json() -> None:
+    """orjson writes the records now: the same text as the standard library's for ASCII (what
+    earlier releases wrote), UTF-8 rather than escapes beyond it, and the same values back for
+    every release's reader (`json.loads`); what orjson refuses still gets written."""
+    claim = _claim("data") | {"metadata": {"name": "data", "namespace": "default", "uid": "u1",
+                                           "annotations": {"z": "1", "a": "x"}}}  # fmt: skip
+    record = {**snapshot_of(claim), "journalFormat": 2}
+    assert encode(claim) == json.dumps(record, separators=(",", ":"), sort_keys=True)
+    claim["metadata"]["annotations"]["note"] = "données ✓"
+    assert json.loads(encode(claim))["metadata"]["annotations"]["note"] == "données ✓"
+    claim["metadata"]["annotations"]["big"] = 2**70  # beyond orjson's integers
+    assert decode(encode(claim))["metadata"]["annotations"]["big"] == 2**70
+
+
 @pytest.mark.parametrize(
     ("raw", "error"),
     [

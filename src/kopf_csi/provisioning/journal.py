@@ -52,7 +52,7 @@ from typing import Any
 
 import structlog
 
-from kopf_csi import kube
+from kopf_csi import jsoncodec, kube
 
 __all__ = [
     "FORMAT",
@@ -118,7 +118,7 @@ def snapshot_of(claim: Body) -> dict[str, Any]:
 def encode(claim: Body) -> str:
     """A claim's record: its snapshot and the format, as compact JSON."""
     record = {**snapshot_of(claim), FORMAT_KEY: FORMAT}
-    return json.dumps(record, separators=(",", ":"), sort_keys=True)
+    return jsoncodec.stored(record)
 
 
 class NewerFormatError(ValueError):

@@ -34,11 +34,16 @@ class QuantityError(ValueError):
     """Not a Kubernetes quantity; the messages are apimachinery's."""
 
 
-@functools.lru_cache(maxsize=512)
 def parse_quantity(text: str) -> fractions.Fraction:
-    """The exact value of a quantity, before any rounding. Remembered: a cluster's claims ask
-    for a few sizes, and exact fractions cost several microseconds each (about 1 % of the
-    operator's CPU under churn, docs/benchmarks.md, "Seventh session")."""
+    """The exact value of a quantity, before any rounding."""
+    return _exact(text)
+
+
+@functools.lru_cache(maxsize=512)
+def _exact(text: str) -> fractions.Fraction:
+    """Remembered: a cluster's claims ask for a few sizes, and exact fractions cost several
+    microseconds each (about 1 % of the operator's CPU under churn, docs/benchmarks.md,
+    "Seventh session")."""
     match = _SYNTAX.fullmatch(text)
     if not text or match is None:
         raise QuantityError(_FORMAT_WRONG)
@@ -57,9 +62,13 @@ def parse_quantity(text: str) -> fractions.Fraction:
     return -number if sign == "-" else number
 
 
-@functools.lru_cache(maxsize=512)
 def quantity_bytes(text: str) -> int:
     """`Quantity.Value()`: rounded up (away from zero) to a whole number, capped at int64."""
+    return _bytes(text)
+
+
+@functools.lru_cache(maxsize=512)
+def _bytes(text: str) -> int:
     exact = parse_quantity(text)
     if exact < 0:
         return -min(math.ceil(-exact), MAX_INT64 + 1)  # int64 reaches one further below zero
