@@ -207,6 +207,26 @@ def test_kubeconfig_files_are_the_listed_files_that_exist(tmp_path: pathlib.Path
     assert kube.kubeconfig_files(str(tmp_path / "missing")) == []
 
 
+async def test_a_name_no_object_can_have_is_sent_as_that_name(
+    cluster: EmulatedCluster, api: kube.KubeClient
+) -> None:
+    """A name with a space, `?`, `#` or `%` (a module's typo, a bad template) is quoted into
+    the path, so that the server reads that name and answers a clear 404 naming it, instead of
+    a query or a fragment cut off the path."""
+    cluster.create("configmaps", {"metadata": {"name": "a"}}, namespace="default")
+    for name in ("a b", "a?b=c", "a#b", "a%41", "ä"):
+        with pytest.raises(kube.NotFoundError) as missing:
+            await api.read(kube.CONFIGMAPS, name, "default")
+        assert f'"{name}" not found' in str(missing.value)
+    built = kube._url("https://h:6443", "/api/v1/namespaces/d/configmaps/a b?c#d%", "")
+    assert built.raw_path == "/api/v1/namespaces/d/configmaps/a%20b%3Fc%23d%25"
+    assert (built.path, built.raw_query_string, built.fragment) == (
+        "/api/v1/namespaces/d/configmaps/a b?c#d%",
+        "",
+        "",
+    )
+
+
 @pytest.mark.parametrize(
     "host",
     [

@@ -375,9 +375,6 @@ class _Counters(_Scraped):
         values = self._values
         values[labels] = values.get(labels, 0.0) + amount
 
-    def value(self, labels: tuple[str, ...]) -> float:
-        return self._values.get(labels, 0.0)
-
     def _families(self) -> list[Metric]:
         family = CounterMetricFamily(self._name, self._help, labels=self._labels)
         for labels, value in list(self._values.items()):
