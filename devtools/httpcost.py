@@ -1,16 +1,17 @@
-"""What an API request costs the client in CPU: aiohttp's `ClientSession` against bare streams.
+"""What an API request costs the client in CPU: aiohttp's `ClientSession`, the operator's own
+pool (`kopf_csi.httppool`) and bare streams.
 
     python -m devtools.httpcost --requests 5000
 
 A local aiohttp server (another process, so that only the client's CPU is counted) answers
 every request with a ConfigMap of about 1 KB. The client sends PATCHes with a new path each
-(as the operator's writes have), one after another on one connection, first through
-`aiohttp.ClientSession.request` as `kopf_csi.kube` sends them (a built URL, no timeout), then
-as bare HTTP/1.1 over `asyncio.open_connection` (the request written in one piece, the answer
-read by its Content-Length), and reports the client's CPU per request of each, twice. Plain
-HTTP: TLS costs both the same. This is the upper bound of what a leaner request path than
-aiohttp's could save (docs/benchmarks.md, "Seventh session"); a real one also needs a pool,
-TLS, proxies, timeouts and the outage semantics of `kube`.
+(as the operator's writes have), one after another on one connection: through
+`aiohttp.ClientSession.request` as `kopf_csi.kube` sent them until the eighth session (a built
+URL, no timeout); through `kopf_csi.httppool.Pool`, as it sends them now; and as bare HTTP/1.1
+over `asyncio.open_connection` (the request written in one piece, the answer read by its
+Content-Length, no pool): the floor. It reports the client's CPU per request of each, twice.
+Plain HTTP: TLS costs them all the same (docs/benchmarks.md, "Seventh session", "Eighth
+session").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import aiohttp
 import yarl
 from aiohttp import web
 
-from kopf_csi import loops
+from kopf_csi import httppool, loops
 
 __all__ = ["measure", "serve"]
 
@@ -78,6 +79,18 @@ async def _with_aiohttp(port: int, requests: int) -> float:
         return (time.process_time() - started) / requests
 
 
+async def _with_pool(port: int, requests: int) -> float:
+    pool = httppool.Pool("127.0.0.1", port)
+    try:
+        started = time.process_time()
+        for _ in range(requests):
+            headers = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+            await pool.request("PATCH", f"{_path()}?fieldManager=csi-provisioner", headers, PATCH)
+        return (time.process_time() - started) / requests
+    finally:
+        await pool.close()
+
+
 async def _with_streams(port: int, requests: int) -> float:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     started = time.process_time()
@@ -98,9 +111,10 @@ async def _with_streams(port: int, requests: int) -> float:
 
 async def measure(port: int, requests: int) -> dict[str, list[float]]:
     """The client's CPU seconds per request, each way twice (interleaved)."""
-    found: dict[str, list[float]] = {"aiohttp": [], "streams": []}
+    found: dict[str, list[float]] = {"aiohttp": [], "pool": [], "streams": []}
     for _ in range(2):
         found["aiohttp"].append(await _with_aiohttp(port, requests))
+        found["pool"].append(await _with_pool(port, requests))
         found["streams"].append(await _with_streams(port, requests))
     return found
 

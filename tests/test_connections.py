@@ -1,4 +1,5 @@
-"""The API client's connections: opened ahead of a burst, and kept between bursts.
+"""The API client's connections (its pool, `httppool`): opened ahead of a burst, and kept
+between bursts.
 
 Every new connection to a real API server is a TLS handshake; a burst of 100 claims opened
 about 100 at once, and each request then waited 50-300 ms for its own (docs/benchmarks.md).
@@ -22,14 +23,12 @@ import asyncio
 import pathlib
 import socket
 import ssl
-import types
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 
-from kopf_csi import kube, loops
+from kopf_csi import httppool, kube, loops
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.latency import Latency, LatencyModel
 
@@ -41,56 +40,44 @@ async def api(kubeconfig: pathlib.Path) -> AsyncIterator[kube.KubeClient]:
     await client.close()
 
 
-def _count_new_connections(api: kube.KubeClient) -> list[float]:
-    """One entry per connection the client opens from now on."""
-    opened: list[float] = []
-
-    async def created(_: Any, __: types.SimpleNamespace, ___: Any) -> None:
-        opened.append(asyncio.get_running_loop().time())
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_end.append(created)
-    trace.freeze()
-    api._api.rest_client.pool_manager._trace_configs.append(trace)
-    return opened
+def _pool(api: kube.KubeClient) -> httppool.Pool:
+    assert api._pool is not None  # no proxy: the plain requests have a pool of their own
+    return api._pool
 
 
 async def test_warmed_connections_serve_a_burst(
     cluster: EmulatedCluster, api: kube.KubeClient
 ) -> None:
     cluster.latency = Latency(LatencyModel(read=0.2))  # the burst's requests overlap
-    opened = _count_new_connections(api)
     assert await api.warm(5) == 5
-    assert len(opened) == 5
+    assert _pool(api).opened == 5
     await asyncio.gather(*(api.get(kube.CONFIGMAPS, f"cm-{i}", "default") for i in range(5)))
-    assert len(opened) == 5  # none more: the burst found them open
+    assert _pool(api).opened == 5  # none more: the burst found them open
 
 
 async def test_idle_connections_are_kept_a_minute(api: kube.KubeClient) -> None:
-    connector = api._api.rest_client.pool_manager.connector
-    assert connector._keepalive_timeout == kube.KEEPALIVE == 60.0
+    assert _pool(api).keepalive == kube.KEEPALIVE == 60.0
+    connector = api._api.rest_client.pool_manager.connector  # the watches'
+    assert connector._keepalive_timeout == kube.KEEPALIVE
 
 
 def _idle(api: kube.KubeClient) -> list[tuple[Any, float]]:
-    connector = api._api.rest_client.pool_manager.connector
-    return [pair for pairs in connector._conns.values() for pair in pairs]
+    return [(connection, connection.released) for connection in _pool(api)._idle]
 
 
 async def test_the_newest_idle_connection_is_reused(api: kube.KubeClient) -> None:
-    opened = _count_new_connections(api)
     assert await api.warm(5) == 5
-    warmed = {id(proto): released for proto, released in _idle(api)}
+    warmed = {id(connection): released for connection, released in _idle(api)}
     assert len(warmed) == 5
     for i in range(8):  # one at a time: each finds all five idle
         await api.get(kube.CONFIGMAPS, f"cm-{i}", "default")
-    assert len(opened) == 5
-    reused = [proto for proto, released in _idle(api) if released != warmed[id(proto)]]
+    assert _pool(api).opened == 5
+    reused = [conn for conn, released in _idle(api) if released != warmed[id(conn)]]
     assert len(reused) == 1  # round robin would have used all five
 
 
 async def test_connections_beyond_the_recent_need_idle_out(api: kube.KubeClient) -> None:
-    connector = api._api.rest_client.pool_manager.connector
-    connector._keepalive_timeout = 0.5  # KEEPALIVE, shortened
+    _pool(api).keepalive = 0.5  # KEEPALIVE, shortened
     assert await api.warm(5) == 5
     loop = asyncio.get_running_loop()
     until = loop.time() + 2.0
@@ -103,10 +90,10 @@ async def test_connections_beyond_the_recent_need_idle_out(api: kube.KubeClient)
 async def test_warming_stays_within_the_pool(
     cluster: EmulatedCluster, api: kube.KubeClient
 ) -> None:
-    opened = _count_new_connections(api)
-    limit = api._api.rest_client.pool_manager.connector.limit
+    limit = _pool(api).limit
+    assert limit == api._api.rest_client.pool_manager.connector.limit  # kubernetes-asyncio's
     assert await api.warm(limit + 50) == limit
-    assert len(opened) <= limit
+    assert _pool(api).opened <= limit
 
 
 def _big_configmaps(cluster: EmulatedCluster, count: int, blob: str) -> None:
@@ -131,10 +118,9 @@ async def test_tls_reads_hold_a_small_buffer_and_lose_nothing(tmp_path: pathlib.
             )
             assert all(item["data"]["b"] == blob for item in items)
             # The pooled connection's TLS layer (asyncio's, private) and its read buffer.
-            connector = api._api.rest_client.pool_manager.connector
-            pooled = [proto for conns in connector._conns.values() for proto, _ in conns]
+            pooled = _pool(api)._idle
             assert pooled
-            buffers = [len(proto.transport._ssl_protocol._ssl_buffer) for proto in pooled]
+            buffers = [len(conn.transport._ssl_protocol._ssl_buffer) for conn in pooled]
             assert all(0 < size <= kube.TLS_READ_SIZE for size in buffers)
 
 
@@ -194,15 +180,15 @@ def test_tls_connections_on_uvloop_ask_for_a_small_receive_buffer(
                 cluster.write_kubeconfig(tmp_path / "kubeconfig")
             ) as api:
                 items = await api.list(kube.CONFIGMAPS, "default")
-                connector = api._api.rest_client.pool_manager.connector
-                pooled = [proto for conns in connector._conns.values() for proto, _ in conns]
+                pooled = _pool(api)._idle
                 sizes = [
-                    proto.transport.get_extra_info("socket").getsockopt(
+                    conn.transport.get_extra_info("socket").getsockopt(
                         socket.SOL_SOCKET, socket.SO_RCVBUF
                     )
-                    for proto in pooled
+                    for conn in pooled
                 ]
-                return items, sizes, connector._socket_factory
+                connector = api._api.rest_client.pool_manager.connector  # the watches'
+                return items, sizes, (connector._socket_factory, _pool(api)._receive_buffer)
 
     loop = loops.new_event_loop(loop_name)
     try:
@@ -214,9 +200,12 @@ def test_tls_connections_on_uvloop_ask_for_a_small_receive_buffer(
     )
     assert all(item["data"]["b"] == blob for item in items)
     assert sizes  # the connection that listed is pooled
+    watches, requests = factory
     if loop_name == "uvloop":
-        assert factory is not None
+        assert watches is not None
+        assert requests == kube.TLS_RECEIVE_BUFFER
         # Linux doubles what is asked (its bookkeeping), and keeps it: no autotuning after 1 MB
         assert all(kube.TLS_RECEIVE_BUFFER <= size <= 2 * kube.TLS_RECEIVE_BUFFER for size in sizes)
     else:
-        assert factory is None  # the kernel's own, autotuned
+        assert watches is None  # the kernel's own, autotuned
+        assert requests is None

@@ -137,13 +137,18 @@ def _csi_streams(memo: Any) -> dict[str, int] | None:
 
 
 def _connections(memo: Any) -> dict[str, int] | None:
-    """The API client's pool: connections in use and idle (each holds TLS buffers)."""
+    """The API client's pools: connections in use and idle (each holds TLS buffers), the plain
+    requests' (`httppool`) and the watches' (aiohttp's connector)."""
     try:
         connector = memo.api._api.rest_client.pool_manager.connector
+        pool = memo.api._pool
     except AttributeError:
         return None
     idle = sum(len(conns) for conns in list(connector._conns.values()))
-    return {"acquired": len(connector._acquired), "idle": idle}
+    found = {"watches_acquired": len(connector._acquired), "watches_idle": idle}
+    if pool is not None:
+        found.update(acquired=pool.busy, idle=pool.idle)
+    return found
 
 
 def _memory(limit: int = 25) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 `Waits.install` runs on the operator's event loop once it is ready, and measures:
 
 - the event loop's lag (`devtools.bench.looplag.LagProbe`, every 10 ms);
-- the shared API client's connection pool, through aiohttp's request tracing: waits for a free
-  connection (the pool's limit), new connections (TCP and the TLS handshake), and all the time
-  spent in requests;
+- the shared API client's connection pools, through their request tracing (`httppool.Pool.trace`
+  for the plain requests, aiohttp's for the watches): waits for a free connection (the pool's
+  limit), new connections (TCP and the TLS handshake), and all the time spent in requests;
 - the in-flight journal: the time `record` callers waited for their commit (`Journal.waited`);
 - the claims queue: time from a claim's queueing to a worker taking it, and the CSI calls'
   durations, from the operator's own metrics (`workqueue_queue_duration_seconds`,
@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from devtools.bench.looplag import LagProbe
-from kopf_csi import names
+from kopf_csi import httppool, names
 
 __all__ = ["TRACE_LIMIT", "Waits"]
 
@@ -111,6 +111,26 @@ class Waits:
         trace.freeze()
         session = self.memo.api._api.rest_client.pool_manager  # the operator's one ApiClient
         session._trace_configs.append(trace)
+        pool = self.memo.api._pool  # the plain requests' (`kube`), unless through a proxy
+        if pool is not None:
+            pool.trace(self._pooled)
+
+    def _pooled(self, trace: httppool.Trace) -> None:
+        """One plain request's steps (`httppool.Pool.trace`)."""
+        self.pool.add(trace.waited - trace.opened)
+        if trace.opened:
+            self.connect.add(trace.opened)
+        self.requests.add(trace.ended - trace.started)
+        if len(self.trace) < self.trace_limit:
+            self.trace.append(
+                {
+                    "start": trace.started,
+                    "ms": (trace.ended - trace.started) * 1000,
+                    "queued_ms": (trace.waited - trace.opened) * 1000,
+                    "connect_ms": trace.opened * 1000,
+                    "request": f"{trace.method} {_resource(trace.target.split('?', 1)[0])}",
+                }
+            )
 
     async def _traced(self, _: Any, context: types.SimpleNamespace, params: Any) -> None:
         """One request's steps, for the first requests of a burst (`first_requests`)."""
@@ -153,13 +173,13 @@ class Waits:
         provisioner = getattr(self.memo, "provisioner", None)
         journal = getattr(provisioner, "journal", None)
         metrics = getattr(self.memo, "metrics", None)
-        connector = self.memo.api._api.rest_client.pool_manager.connector
+        pool = self.memo.api._pool or self.memo.api._api.rest_client.pool_manager.connector
         return {
             "loop_lag": self.probe.summary(since=since),
             "pool_wait": self.pool.summary(),
             "new_connections": self.connect.summary() if self.traced else None,
             "api_requests": self.requests.summary(),
-            "pool_limit": connector.limit,
+            "pool_limit": pool.limit,
             "journal": _journal(journal) if journal is not None else None,
             "claims_queue": _histogram(metrics, names.METRIC_QUEUE_LATENCY, "claims"),
             "create_volume": _histogram(metrics, names.METRIC_CSI_OPERATIONS, "CreateVolume"),

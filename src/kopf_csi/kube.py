@@ -37,7 +37,7 @@ import kubernetes_asyncio.config
 import structlog
 import yarl
 
-from kopf_csi import jsoncodec, loops
+from kopf_csi import httppool, jsoncodec, loops
 from kopf_csi.reachability import Reachability
 from kopf_csi.throttling import TokenBucket
 
@@ -578,8 +578,10 @@ class KubeClient:
         bucket: str | None = None,
         observers: list[RequestObserver] | None = None,
         reachability: Reachability | None = None,
+        pool: httppool.Pool | None = None,
     ) -> None:
         self._api = api
+        self._pool = pool  # the plain requests' connections; None: aiohttp's session's
         self._observers = [] if observers is None else observers  # one list for the copies
         if reachability is None:  # the first client of a pool: the copies share its state
             reachability = Reachability()
@@ -610,6 +612,7 @@ class KubeClient:
             limits=self.limits,
             observers=self._observers,
             reachability=self.reachability,
+            pool=self._pool,
         )
 
     def giving_way(self) -> KubeClient:
@@ -624,6 +627,7 @@ class KubeClient:
             bucket=self.bucket_name,
             observers=self._observers,
             reachability=self.reachability,
+            pool=self._pool,
         )
 
     def for_leader_election(self) -> KubeClient:
@@ -638,6 +642,7 @@ class KubeClient:
             bucket=f"{self.manager}/leader-election",
             observers=self._observers,
             reachability=self.reachability,
+            pool=self._pool,
         )
 
     @classmethod
@@ -669,9 +674,11 @@ class KubeClient:
         connector._keepalive_timeout = KEEPALIVE
         _reuse_newest_first(connector)
         _read_tls_by_records(connector)
-        if loops.name(asyncio.get_running_loop()) == "uvloop":
+        small_buffers = loops.name(asyncio.get_running_loop()) == "uvloop"
+        if small_buffers:
             _small_receive_buffers(connector, TLS_RECEIVE_BUFFER)
-        return cls(api, limits=Limits(qps, burst) if qps is not None else None)
+        pool = _pool(api, small_buffers=small_buffers)
+        return cls(api, limits=Limits(qps, burst) if qps is not None else None, pool=pool)
 
     def observe(self, observer: RequestObserver) -> None:
         """Tell `observer` of every request of this client and of every client made from it
@@ -687,6 +694,13 @@ class KubeClient:
         and the set-up apart, at 25-40 µs per request for its signals; this costs about 2."""
         connector: Any = self._api.rest_client.pool_manager.connector
         connect = connector.connect
+        if self._pool is not None:
+
+            def got(seconds: float) -> None:
+                for observer in observers:
+                    observer.connection_got(seconds)
+
+            self._pool.observe(got)
 
         async def timed(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
@@ -702,7 +716,8 @@ class KubeClient:
         """Open up to `connections` connections now (TCP and TLS: `connections` requests at
         once, each on a new one), so that a burst of requests finds them open instead of
         waiting for as many handshakes at once; how many requests succeeded."""
-        limit = self._api.rest_client.pool_manager.connector.limit or connections
+        pooled: Any = self._pool or self._api.rest_client.pool_manager.connector
+        limit = pooled.limit or connections
         answers = await asyncio.gather(
             *(self.version() for _ in range(min(connections, limit))), return_exceptions=True
         )
@@ -710,6 +725,8 @@ class KubeClient:
 
     async def close(self) -> None:
         await self.reachability.close()
+        if self._pool is not None:
+            await self._pool.close()
         await self._api.close()
 
     async def __aenter__(self) -> KubeClient:
@@ -950,10 +967,7 @@ class KubeClient:
         started = time.perf_counter() if self._observers else 0.0
         code = NO_ANSWER
         try:
-            response = await self._send(method, path, params, headers, body)
-            async with response:
-                raw = await response.read()
-                status = response.status
+            status, raw = await self._exchange(method, path, params, headers, body)
             code = str(status)
         except _TRANSPORT_ERRORS as exc:
             error = _unanswered(exc, method, path)
@@ -976,6 +990,39 @@ class KubeClient:
         self.reachability.answered()
         return decoded
 
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        params: Sequence[tuple[str, str]],
+        headers: dict[str, str],
+        body: Any,
+    ) -> tuple[int, bytes]:
+        """One request answered at once (not a watch), and its answer's status and body: on
+        the client's own pool (`httppool`), else (through a proxy) on aiohttp's session."""
+        pool = self._pool
+        if pool is None:
+            response = await self._send(method, path, params, headers, body)
+            async with response:
+                return response.status, await response.read()
+        await self._authorize(headers)
+        query = _query(tuple(params)) if params else ""
+        target = _target(self._api.configuration.host, path, query)
+        data = None if body is None else jsoncodec.dumps(body)
+        return await pool.request(method, target, headers, data)
+
+    async def _authorize(self, headers: dict[str, str]) -> None:
+        """`headers` as kubernetes-asyncio's ApiClient would send them: its default headers and
+        cookie, and the bearer token (refreshed by its hook: exec plugins, in-cluster token
+        files)."""
+        api = self._api
+        headers.update(api.default_headers)
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        auth = (await api.configuration.auth_settings()).get("BearerToken")
+        if auth:
+            headers[auth["key"]] = auth["value"]
+
     async def _send(
         self,
         method: str,
@@ -986,18 +1033,11 @@ class KubeClient:
         *,
         timeout: float | None = None,
     ) -> Any:
-        """One request on the shared session, as kubernetes-asyncio's ApiClient would send it:
-        its default headers and cookie, the bearer token (refreshed by its hook: exec plugins,
-        in-cluster token files), its proxy and TLS server name; no timeout but `timeout`."""
+        """One request on aiohttp's session, as kubernetes-asyncio's ApiClient would send it
+        (`_authorize`), through its proxy, with its TLS server name; no timeout but `timeout`."""
         api = self._api
-        configuration = api.configuration
-        headers.update(api.default_headers)
-        if api.cookie:
-            headers["Cookie"] = api.cookie
-        auth = (await configuration.auth_settings()).get("BearerToken")
-        if auth:
-            headers[auth["key"]] = auth["value"]
-        url = _url(configuration.host, path, _query(tuple(params)) if params else "")
+        await self._authorize(headers)
+        url = _url(api.configuration.host, path, _query(tuple(params)) if params else "")
         client: Any = api.rest_client
         options: dict[str, Any] = {}
         if client.proxy:
@@ -1022,6 +1062,36 @@ class KubeClient:
 
 
 _NO_TIMEOUT = aiohttp.ClientTimeout(total=None)  # frozen: one for every request without one
+
+
+def _pool(api: Any, *, small_buffers: bool) -> httppool.Pool | None:
+    """The pool of the plain requests, with the session's TLS context (its certificates and
+    `_RecordReads`), server name, limit and `KEEPALIVE`; None through a proxy (aiohttp's
+    session tunnels to it)."""
+    client = api.rest_client
+    if client.proxy:
+        return None
+    base = _base_url(api.configuration.host)
+    connector = client.pool_manager.connector
+    tls = connector._ssl if base.scheme == "https" else None
+    return httppool.Pool(
+        base.raw_host or "localhost",
+        base.port or (443 if tls is not None else 80),
+        tls=tls,
+        server_hostname=client.server_hostname,
+        limit=connector.limit or 100,
+        keepalive=KEEPALIVE,
+        receive_buffer=TLS_RECEIVE_BUFFER if small_buffers and tls is not None else None,
+    )
+
+
+def _target(host: str, path: str, query: str) -> str:
+    """The request target of `host` + `path` + `?query` (`_url`'s path and query)."""
+    base = _base_url(host)
+    if not _PATH_CHARS.issuperset(path):  # a name no API object has: quoted, not misread
+        path = urllib.parse.quote(path, safe=_PATH_SAFE)
+    path = base.raw_path.rstrip("/") + path
+    return f"{path}?{query}" if query else path
 
 
 def _url(host: str, path: str, query: str) -> yarl.URL:

@@ -2,8 +2,8 @@
 
 We test these aspects:
 - every way a request can get no answer (a refused connect, a reset or closed connection, a
-  broken pipe, a TLS failure, a timeout, a cut payload) reaches the caller as
-  `kube.UnavailableError`, never as aiohttp's own exception;
+  broken pipe, a TLS failure, a timeout, a cut payload or one that is not HTTP) reaches the
+  caller as `kube.UnavailableError`, never as aiohttp's or the pool's own exception;
 - against the emulated server restarted (draining, then gone, then back), every failed request
   is an `UnavailableError`: the 503 `apiserver is shutting down` with its real body, the resets
   and the refused connects alike; a watch open at the restart ends;
@@ -25,7 +25,7 @@ import aiohttp
 import pytest
 import structlog
 
-from kopf_csi import kube
+from kopf_csi import httppool, kube
 from kopf_csi.testing.emulator import EmulatedCluster
 
 from ..conftest import until
@@ -41,7 +41,7 @@ def _connection_key() -> Any:
     return aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 1, False, True, None, None, None)
 
 
-FAILURES = {
+FAILURES = {  # as aiohttp raises them: the watches' session
     "broken pipe": lambda: aiohttp.ClientOSError(32, "Broken pipe"),
     "reset": lambda: aiohttp.ClientOSError(104, "Connection reset by peer"),
     "disconnected": lambda: aiohttp.ServerDisconnectedError(),
@@ -55,6 +55,16 @@ FAILURES = {
     "payload": lambda: aiohttp.ClientPayloadError("Response payload is not completed"),
     "os": lambda: ConnectionResetError(104, "Connection reset by peer"),
 }
+POOL_FAILURES = {  # as the plain requests' pool (`httppool`) and the loop raise them
+    "broken pipe": lambda: BrokenPipeError(32, "Broken pipe"),
+    "reset": lambda: ConnectionResetError(104, "Connection reset by peer"),
+    "disconnected": lambda: httppool.ServerDisconnectedError("closed before it answered"),
+    "refused": lambda: ConnectionRefusedError(111, "Connection refused"),
+    "tls": lambda: ssl.SSLCertVerificationError("certificate verify failed"),
+    "timeout": lambda: TimeoutError(),
+    "payload": lambda: httppool.ProtocolError("the server's answer is not HTTP/1.1"),
+    "os": lambda: OSError(113, "No route to host"),
+}
 
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))
@@ -64,7 +74,12 @@ async def test_no_answer_is_one_error_type(
     async def send(*args: Any, **kwargs: Any) -> Any:
         raise FAILURES[failure]()
 
+    async def request(*args: Any, **kwargs: Any) -> Any:
+        raise POOL_FAILURES[failure]()
+
     monkeypatch.setattr(api, "_send", send)
+    assert api._pool is not None
+    monkeypatch.setattr(api._pool, "request", request)
     with pytest.raises(kube.UnavailableError) as raised:
         await api.get(kube.CONFIGMAPS, "x", "default")
     assert not isinstance(raised.value, aiohttp.ClientError | OSError)
