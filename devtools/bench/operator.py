@@ -141,11 +141,11 @@ def _connections(memo: Any) -> dict[str, int] | None:
     requests' (`httppool`) and the watches' (aiohttp's connector)."""
     try:
         connector = memo.api._api.rest_client.pool_manager.connector
-        pool = memo.api._pool
     except AttributeError:
         return None
     idle = sum(len(conns) for conns in list(connector._conns.values()))
     found = {"watches_acquired": len(connector._acquired), "watches_idle": idle}
+    pool = getattr(memo.api, "_pool", None)  # none before the eighth session
     if pool is not None:
         found.update(acquired=pool.busy, idle=pool.idle)
     return found

@@ -2,10 +2,13 @@
 
 Objects go in and come out as plain dicts, the same shape kopf hands to handlers, so the
 decision functions never see a client model. kubernetes-asyncio does the login (kubeconfig,
-in-cluster, exec plugins, TLS) and owns the connection pool (its aiohttp session). Requests
-go straight to that session with JSON bodies (`KubeClient._send`): its ApiClient's per-request
-work (sanitising every body and parameter recursively, building models) was 5-7 % of the
-operator's CPU under churn, for dicts that are JSON already (docs/benchmarks.md).
+in-cluster, exec plugins, TLS) and makes the TLS context and the aiohttp session. Requests
+carry JSON bodies straight, not through its ApiClient, whose per-request work (sanitising
+every body and parameter recursively, building models) was 5-7 % of the operator's CPU under
+churn, for dicts that are JSON already (docs/benchmarks.md). The watches go to the session
+(`KubeClient._send`); every other request to a pool of our own (`httppool`, with the
+session's TLS context, server name and limit), unless through a proxy: aiohttp's
+`ClientSession` cost about 70 µs of CPU more a request (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -561,11 +564,12 @@ def resource_of(path: str) -> str:
 
 
 class KubeClient:
-    """Plain-dict CRUD on any resource, over one kubernetes-asyncio ApiClient.
+    """Plain-dict CRUD on any resource, over one kubernetes-asyncio ApiClient's login and
+    session (the watches) and one `httppool.Pool` (every other request; none: the session).
 
     Every request says who sends it: the User-Agent and, on writes, the `fieldManager` name
-    the Go sidecar whose role makes it (`as_manager`). The clients of all roles share one
-    connection pool; with `limits`, each role's requests wait for its own token bucket.
+    the Go sidecar whose role makes it (`as_manager`). The clients of all roles share the
+    connections; with `limits`, each role's requests wait for its own token bucket.
     """
 
     def __init__(
@@ -689,9 +693,10 @@ class KubeClient:
         self._observers.append(observer)
 
     def _time_connections(self, observers: list[RequestObserver]) -> None:
-        """Time the connector's `connect` (a free connection, the pool's wait, or a new one):
-        the session calls it once per request. aiohttp's request tracing would tell the wait
-        and the set-up apart, at 25-40 µs per request for its signals; this costs about 2."""
+        """Time the pool's wait for a connection (a free one under the limit, or a new one), and
+        the session's connector's `connect` (the watches): once per request. aiohttp's request
+        tracing would tell the wait and the set-up apart, at 25-40 µs per request for its
+        signals; this costs about 2."""
         connector: Any = self._api.rest_client.pool_manager.connector
         connect = connector.connect
         if self._pool is not None:
