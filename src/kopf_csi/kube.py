@@ -564,9 +564,10 @@ def resource_of(path: str) -> str:
 
 
 class KubeClient:
-    """Plain-dict CRUD on any resource, over one kubernetes-asyncio ApiClient's login and
-    session (the watches) and one `httppool.Pool` (every other request; none: the session).
+    """Plain-dict CRUD on any resource, over the operator's shared connections to the API.
 
+    kubernetes-asyncio's ApiClient logs in and its aiohttp session carries the watches; one
+    `httppool.Pool` carries every other request (without one, through a proxy: the session).
     Every request says who sends it: the User-Agent and, on writes, the `fieldManager` name
     the Go sidecar whose role makes it (`as_manager`). The clients of all roles share the
     connections; with `limits`, each role's requests wait for its own token bucket.
