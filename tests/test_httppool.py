@@ -8,6 +8,8 @@ We test these aspects:
 - answers by Content-Length and chunked are read whole, and the connection is kept for the next
   request; one whose answer says `Connection: close` is not;
 - a connection the server closed while idle is not used again: the next request opens another;
+- an idempotent request whose connection ended before its answer is sent once more, on a new
+  connection; a PATCH is not, and a second failure is the caller's;
 - an answer cut short or not HTTP, and a refused connect, are `OSError`s (`ConnectionError`);
 - a cancelled request's connection is closed, never reused (its answer may still come);
 - at most `limit` connections are in use at once; the rest wait, and all are answered;
@@ -177,7 +179,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused(
     server.respond = lambda head, body: next(answers, _ok(b"again"))
     assert await pool.request("GET", "/a", {}) == (200, b"one")
     with pytest.raises(httppool.ServerDisconnectedError):
-        await pool.request("GET", "/b", {})  # sent, and the server closed instead of answering
+        await pool.request("PATCH", "/b", {}, b"{}")  # the server closed instead of answering
     assert await pool.request("GET", "/c", {}) == (200, b"again")
     assert pool.opened == 2
 
@@ -185,6 +187,22 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused(
     await until(lambda: pool.idle == 0)  # the pool saw it go
     assert await pool.request("GET", "/d", {}) == (200, b"again")
     assert pool.opened == 3
+
+
+async def test_an_idempotent_request_is_sent_once_more_when_its_connection_ends(
+    server: Server, pool: httppool.Pool
+) -> None:
+    answers = iter([_ok(b"one"), None, _ok(b"two"), None, None, None])
+    server.respond = lambda head, body: next(answers)
+    assert await pool.request("GET", "/a", {}) == (200, b"one")
+    assert await pool.request("GET", "/b", {}) == (200, b"two")  # closed, then again: answered
+    assert [head.split(b" ")[1] for head in server.heads] == [b"/a", b"/b", b"/b"]
+    assert pool.opened == 2
+    with pytest.raises(httppool.ServerDisconnectedError):
+        await pool.request("PATCH", "/c", {}, b"{}")  # it may have been applied: not again
+    with pytest.raises(httppool.ServerDisconnectedError):
+        await pool.request("DELETE", "/d", {})  # closed twice: the caller's to handle
+    assert [head.split(b" ")[1] for head in server.heads[3:]] == [b"/c", b"/d", b"/d"]
 
 
 async def test_cut_or_malformed_answers_and_refused_connects_are_os_errors(
@@ -196,7 +214,7 @@ async def test_cut_or_malformed_answers_and_refused_connects_are_os_errors(
     assert isinstance(cut.value, ConnectionError)
     server.respond = lambda head, body: b"SSH-2.0-OpenSSH_9.6\r\n\r\n"
     with pytest.raises(httppool.ProtocolError) as malformed:
-        await pool.request("GET", "/b", {})
+        await pool.request("GET", "/b", {})  # twice: a GET is sent once more
     assert "not HTTP/1.1" in str(malformed.value)
     assert isinstance(malformed.value, ConnectionError)
     await server.stop()
@@ -205,7 +223,7 @@ async def test_cut_or_malformed_answers_and_refused_connects_are_os_errors(
 
 
 async def _request_then_close(server: Server, pool: httppool.Pool) -> httppool.Answer:
-    request = asyncio.ensure_future(pool.request("GET", "/a", {}))
+    request = asyncio.ensure_future(pool.request("PATCH", "/a", {}, b"{}"))
     await until(lambda: server.heads)
     await asyncio.sleep(0.05)  # the partial answer is in
     server.close_connections()

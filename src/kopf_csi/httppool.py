@@ -12,7 +12,10 @@ and a pool as Go's `http.Transport` keeps one:
 - the most recently released idle connection is taken first, and one idle for `keepalive`
   seconds is closed, so that what a past peak opened goes away under a steady flow;
 - a connection is kept only when its answer allows it (`Connection: close` does not), and
-  never after a failure or a cancellation, whose answer may still be on its way.
+  never after a failure or a cancellation, whose answer may still be on its way;
+- an idempotent request (`REPLAYABLE`) whose connection ended before its answer is sent once
+  more, on a new connection, as aiohttp's session did (a kept-alive connection the server
+  closed as the request went out, Go's `http.Transport` replays too); a POST or PATCH is not.
 
 Every failure to get an answer is an `OSError` (`ConnectionError` for a connection that ends
 or talks nonsense; the loop's own for a refused connect, a TLS failure), which `kube` reports as
@@ -31,7 +34,10 @@ from typing import Any, NamedTuple
 
 import httptools
 
-__all__ = ["Answer", "Pool", "ProtocolError", "ServerDisconnectedError", "Trace"]
+__all__ = ["REPLAYABLE", "Answer", "Pool", "ProtocolError", "ServerDisconnectedError", "Trace"]
+
+REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+"""The methods sent once more when their connection ends before the answer (aiohttp's set)."""
 
 
 class Answer(NamedTuple):
@@ -211,7 +217,7 @@ class Pool:
             connection = self._take() or await self._connect()
             if self._observers:
                 self._waited(time.perf_counter() - started)
-            return await self._exchange(connection, request)
+            return await self._answer(method, connection, request)
 
     async def _traced(self, method: str, target: str, request: bytes) -> Answer:
         started = time.perf_counter()
@@ -225,7 +231,7 @@ class Pool:
                     opened = time.perf_counter() - opening
                 got = time.perf_counter()
                 self._waited(got - started)
-                return await self._exchange(connection, request)
+                return await self._answer(method, connection, request)
         finally:
             ended = time.perf_counter()
             trace = Trace(method, target, started, (got or ended) - started, opened, ended)
@@ -235,6 +241,14 @@ class Pool:
     def _waited(self, seconds: float) -> None:
         for observer in self._observers:
             observer(seconds)
+
+    async def _answer(self, method: str, connection: _Connection, request: bytes) -> Answer:
+        try:
+            return await self._exchange(connection, request)
+        except ConnectionError:  # the connection ended (or talked nonsense) before the answer
+            if method not in REPLAYABLE:
+                raise
+        return await self._exchange(await self._connect(), request)  # once more, on a new one
 
     async def _exchange(self, connection: _Connection, request: bytes) -> Answer:
         try:
