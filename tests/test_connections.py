@@ -14,7 +14,9 @@ We test these aspects:
   KiB asked per read fragmented the C heap under churn), and a list far larger still arrives
   whole;
 - on uvloop, every TLS connection asks the kernel for a small receive buffer (uvloop reads up
-  to 256 KiB at once, and each connection kept its largest read).
+  to 256 KiB at once, and each connection kept its largest read);
+- with a proxy in the environment every request goes through it (aiohttp's session, no pool
+  of our own), unless `NO_PROXY` exempts the API server.
 """
 
 from __future__ import annotations
@@ -209,3 +211,54 @@ def test_tls_connections_on_uvloop_ask_for_a_small_receive_buffer(
     else:
         assert watches is None  # the kernel's own, autotuned
         assert requests is None
+
+
+_PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
+
+
+async def _answering_proxy(seen: list[bytes]) -> asyncio.Server:
+    """A proxy that answers every request itself (a ConfigMap `via-proxy`), and records each
+    request line."""
+    body = b'{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"via-proxy"}}'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                seen.append(head.split(b"\r\n", 1)[0])
+                writer.write(answer % (len(body), body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize("exempt", [False, True])
+async def test_requests_go_through_the_environments_proxy(
+    kubeconfig: pathlib.Path, monkeypatch: pytest.MonkeyPatch, exempt: bool
+) -> None:
+    seen: list[bytes] = []
+    proxy = await _answering_proxy(seen)
+    for name in _PROXIES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.sockets[0].getsockname()[1]}")
+    if exempt:
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    async with proxy, await kube.KubeClient.connect(kubeconfig) as api:
+        got = await api.get(kube.CONFIGMAPS, "x", "default")
+        pooled = api._pool
+    if exempt:
+        assert pooled is not None  # straight to the server, on the pool of our own
+        assert got is None  # the emulated server's answer: no such ConfigMap
+        assert seen == []
+    else:
+        assert pooled is None  # aiohttp's session: it speaks to proxies
+        assert got is not None
+        assert got["metadata"]["name"] == "via-proxy"
+        assert len(seen) == 1
+        assert seen[0].startswith(b"GET http://")  # the absolute form a proxy is sent
+        assert seen[0].endswith(b"/api/v1/namespaces/default/configmaps/x HTTP/1.1")
