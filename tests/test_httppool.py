@@ -14,7 +14,8 @@ We test these aspects:
 - a cancelled request's connection is closed, never reused (its answer may still come);
 - at most `limit` connections are in use at once; the rest wait, and all are answered;
 - an idle connection is closed after `keepalive` seconds, by the pool's own timer;
-- a header value with a line break is refused before anything is sent;
+- a header value with a line break, or a target with a space, is refused before anything is
+  sent;
 - `close()` fails the requests in flight and refuses new ones;
 - observers learn each request's wait for a connection, tracers its steps.
 """
@@ -272,6 +273,9 @@ async def test_idle_connections_close_after_keepalive(server: Server) -> None:
 async def test_a_header_with_a_line_break_is_refused(server: Server, pool: httppool.Pool) -> None:
     with pytest.raises(ValueError, match="Authorization header's value has a line break"):
         await pool.request("GET", "/a", {"Authorization": "Bearer x\r\nX-Evil: 1"})
+    for target in ("/a b", "/a\r\nX-Evil: 1"):
+        with pytest.raises(ValueError, match="has a space or a line break"):
+            await pool.request("GET", target, {})
     assert server.heads == []
     assert pool.opened == 0
 

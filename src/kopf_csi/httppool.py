@@ -199,7 +199,10 @@ class Pool:
         self, method: str, target: str, headers: Mapping[str, str], body: bytes | None = None
     ) -> Answer:
         """Send `method` `target` (the path and query, encoded) with `headers` and `body`, and
-        read its whole answer. A header value with a line break is a ValueError, not sent."""
+        read its whole answer. A target with a space or a line break, or a header value with a
+        line break, is a ValueError, not sent."""
+        if not target.isprintable() or " " in target:
+            raise ValueError(f"the request target {target!r} has a space or a line break")
         lines = [f"{method} {target} HTTP/1.1", self._host_line]
         for name, value in headers.items():
             if "\r" in value or "\n" in value:
