@@ -6,7 +6,8 @@ again after kube-scheduler's back-off when the provisioner gives the node back),
 default class, binding a claim to a pre-bound volume, Available and Released volumes, Lost
 claims, the attach/detach controller's VolumeAttachments (exact name, attachRequired), and the
 pvc- and pv-protection controllers (their finalizers go only when nothing uses the object,
-with a resourceVersion-guarded update, as kube-controller-manager).
+with a resourceVersion-guarded update, as kube-controller-manager), and a lost race (404, 409)
+told at debug level only.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import logging
+import types
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from kopf_csi.testing.apimachinery import StatusError
 from kopf_csi.testing.emulator import EmulatedCluster
 from kopf_csi.testing.kcm import (
     FINALIZER_PV_PROTECTION,
@@ -27,7 +31,7 @@ from kopf_csi.testing.kcm import (
     attachment_name,
     scheduler_backoff,
 )
-from kopf_csi.testing.kcmrunning import _Lane
+from kopf_csi.testing.kcmrunning import ControllerRunner, _Lane
 from kopf_csi.testing.latency import LatencyModel
 
 pytestmark = pytest.mark.usefixtures("kcm")
@@ -660,3 +664,18 @@ def test_a_key_queued_while_it_is_synced_goes_to_the_back_once_done() -> None:
     assert list(lane.keys.items()) == [(b, False), (c, False), (a, True)]
     assert lane.take(3.0) == [(b, False)]
     assert lane.stats["max_wait_seconds"] == 2.0  # b: queued at 1, taken at 3
+
+
+@pytest.mark.parametrize(("code", "level"), [(404, "DEBUG"), (409, "DEBUG"), (500, "WARNING")])
+def test_a_lost_race_is_told_quietly_and_synced_again(
+    caplog: pytest.LogCaptureFixture, code: int, level: str
+) -> None:
+    """A conflict or a vanished object is a lost race, synced again on the next pass:
+    hundreds a minute under churn, once warnings that buried the benchmark's own output; any
+    other failed request is still a warning."""
+    runner = types.SimpleNamespace(_dirty_claims={}, _dirty_volumes={})
+    error = StatusError(code, "the object has been modified")
+    with caplog.at_level(logging.DEBUG, logger="kopf_csi.testing.kcmrunning"):
+        ControllerRunner._failed(runner, "_sync_volume_protection", PVS, ("", "pv-1"), error)  # type: ignore[arg-type]
+    assert [record.levelname for record in caplog.records] == [level]
+    assert runner._dirty_volumes == {("", "pv-1"): None}  # synced again on the next pass
