@@ -10,7 +10,8 @@ We test these aspects:
 - a connection the server closed while idle is not used again: the next request opens another;
 - an idempotent request whose connection ended before its answer is sent once more, on a new
   connection; a PATCH is not, and a second failure is the caller's;
-- an answer cut short or not HTTP, and a refused connect, are `OSError`s (`ConnectionError`);
+- an answer cut short or not HTTP, and a refused connect, are `OSError`s (`ConnectionError`),
+  also on the socket the pool makes itself to ask for a small receive buffer;
 - a cancelled request's connection is closed, never reused (its answer may still come);
 - at most `limit` connections are in use at once; the rest wait, and all are answered;
 - an idle connection is closed after `keepalive` seconds, by the pool's own timer;
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -310,3 +312,24 @@ async def test_observers_and_tracers_see_each_request(server: Server, pool: http
     ]
     assert traces[0].opened == 0  # the first request's connection, idle
     assert all(t.started <= t.started + t.waited <= t.ended for t in traces)
+
+
+async def test_a_receive_buffer_is_asked_before_connecting_and_a_refusal_is_an_os_error(
+    server: Server,
+) -> None:
+    """The socket made by the pool itself (`receive_buffer`: uvloop's TLS connections)."""
+    pool = httppool.Pool("127.0.0.1", server.port, receive_buffer=64 * 1024)
+    try:
+        assert await pool.request("GET", "/a", {}) == (200, b'{"kind":"Status"}')
+        (connection,) = pool._idle
+        assert connection.transport is not None
+        sock = connection.transport.get_extra_info("socket")
+        size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        assert 64 * 1024 <= size <= 2 * 64 * 1024  # Linux doubles what is asked, and keeps it
+        await server.stop()
+        server.close_connections()
+        await until(lambda: pool.idle == 0)
+        with pytest.raises(ConnectionRefusedError):
+            await pool.request("GET", "/b", {})
+    finally:
+        await pool.close()

@@ -256,7 +256,8 @@ async def test_a_name_no_object_can_have_is_sent_as_that_name(
 def test_a_requests_url_built_from_its_parts_is_the_one_parsed(
     host: str, path: str, params: tuple[tuple[str, str], ...]
 ) -> None:
-    """The same server, path and query values as parsing the text gives. (The text itself may
+    """The same server, path and query values as parsing the text gives, and the pool's request
+    target is the URL's path and query. (The text itself may
     differ: parsing unquoted some of the query's safe characters, `(`, `,`, `/`, which the
     server decodes the same.)"""
     query = kube._query(params) if params else ""
@@ -266,3 +267,5 @@ def test_a_requests_url_built_from_its_parts_is_the_one_parsed(
     assert (built.raw_path, built.path) == (parsed.raw_path, parsed.path)
     assert list(built.query.items()) == list(parsed.query.items()) == list(params)
     assert built.raw_query_string == query
+    # The pool's request target (`httppool`): the same path and query, as sent on the wire.
+    assert kube._target(host, path, query) == built.raw_path_qs

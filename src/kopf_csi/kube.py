@@ -1092,12 +1092,17 @@ def _pool(api: Any, *, small_buffers: bool) -> httppool.Pool | None:
 
 
 def _target(host: str, path: str, query: str) -> str:
-    """The request target of `host` + `path` + `?query` (`_url`'s path and query)."""
-    base = _base_url(host)
-    if not _PATH_CHARS.issuperset(path):  # a name no API object has: quoted, not misread
-        path = urllib.parse.quote(path, safe=_PATH_SAFE)
-    path = base.raw_path.rstrip("/") + path
+    """The request target of `host` + `path` + `?query` (the pool's; `_url` the session's)."""
+    path = _full_path(_base_url(host), path)
     return f"{path}?{query}" if query else path
+
+
+def _full_path(base: yarl.URL, path: str) -> str:
+    """`path` below the server's own (an API behind a proxy's path), encoded: `Resource.path`'s
+    are, but for a name with a character a path cannot hold, quoted, not misread."""
+    if not _PATH_CHARS.issuperset(path):
+        path = urllib.parse.quote(path, safe=_PATH_SAFE)
+    return base.raw_path.rstrip("/") + path
 
 
 def _url(host: str, path: str, query: str) -> yarl.URL:
@@ -1106,12 +1111,10 @@ def _url(host: str, path: str, query: str) -> yarl.URL:
     request has a new path (a volume's name), and yarl's parsing of it took about 0.9 % of the
     operator's CPU under churn. `host` may have a path of its own (an API behind a proxy)."""
     base = _base_url(host)
-    if not _PATH_CHARS.issuperset(path):  # a name no API object has: quoted, not misread
-        path = urllib.parse.quote(path, safe=_PATH_SAFE)
     return yarl.URL.build(
         scheme=base.scheme,
         authority=base.raw_authority,
-        path=base.raw_path.rstrip("/") + path,
+        path=_full_path(base, path),
         query_string=query,
         encoded=True,
     )
